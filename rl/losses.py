@@ -1,15 +1,200 @@
-"""The GRPO policy loss: clipped importance ratio, token-mean over the whole batch."""
+"""Policy-gradient losses: PPO / GSPO clipped surrogates with decoupled off-policy correction.
+
+Three policies meet per token: the current one (``logprobs``, differentiated), the proximal one that anchors the
+clip, and the behaviour one that sampled the response (e.g. vLLM's log-probs). Decoupled PPO (Hilton et al. 2021,
+arXiv 2110.00641; papers.md §4.4) factors ``pi / pi_behav`` into the clipped ratio ``r = pi / pi_prox`` and the
+detached correction weight ``w = pi_prox / pi_behav``, which is truncated (TIS) or masked (MIS) at ``correction_cap``.
+Without a proximal policy it is classic coupled PPO: ``r = pi / pi_behav`` and ``w = 1``.
+
+Aggregation contract, for gradient accumulation over micro-batches and data-parallel ranks: ``LossOutput.loss`` is
+the unnormalized sum over this call's units and ``LossOutput.units`` counts them; the caller backpropagates the sum
+and divides the accumulated gradient by the global unit count, so ``loss / units`` is the mean of a single call.
+Rows without masked tokens contribute nothing, neither to the sum nor to ``units``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
+
+from rl.off_policy import ess_ratio, sequence_weights, token_weights
+
+# Stats combined with max (not a sum) across micro-batches and ranks.
+MAX_STATS: frozenset[str] = frozenset({"is_weight_max"})
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """What ``policy_loss`` computes.
+
+    ``kind``: ``ppo`` (token ratio) or ``gspo`` (sequence ratio, Zheng et al. 2025, arXiv 2507.18071; use small
+    clips such as 3e-4 / 4e-4). ``clip_low`` / ``clip_high``: asymmetric clip range ``[1 - low, 1 + high]``
+    (clip-higher, DAPO arXiv 2503.14476). ``agg``: how tokens become units (see ``policy_loss``); ``norm_len`` is the
+    constant divisor of ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783). ``kl_coef`` / ``kl_estimator``:
+    penalty on KL(current || ref) with Schulman's k1/k2/k3 estimators. ``entropy_coef``: entropy bonus.
+    ``correction`` / ``correction_cap``: behaviour correction, token or sequence level, truncated (tis) or masked
+    outside ``[1/cap, cap]`` (mis). ``decoupled``: use ``proximal_logprobs`` as the clip anchor when given.
+    """
+
+    kind: Literal["ppo", "gspo"] = "ppo"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    norm_len: int | None = None
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    entropy_coef: float = 0.0
+    correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "none"
+    correction_cap: float = 2.0
+    decoupled: bool = True
+
+    def __post_init__(self) -> None:
+        _one_of("kind", self.kind, ("ppo", "gspo"))
+        _one_of("agg", self.agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"))
+        _one_of("kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
+        _one_of("correction", self.correction, ("none", "tis-token", "tis-seq", "mis-token", "mis-seq"))
+        if not (0.0 <= self.clip_low < 1.0) or self.clip_high < 0.0:
+            raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
+        if self.agg == "seq-mean-token-sum-norm" and (self.norm_len is None or self.norm_len <= 0):
+            raise ValueError("agg 'seq-mean-token-sum-norm' needs a positive norm_len")
+        if self.correction_cap < 1.0:
+            raise ValueError(f"correction_cap must be >= 1, got {self.correction_cap}")
 
 
 @dataclass
 class LossOutput:
-    loss: torch.Tensor  # scalar to backpropagate
+    loss: torch.Tensor  # unnormalized sum over this call's units: backpropagate, then divide grads by global units
+    units: float  # how many units (tokens or sequences, per ``LossSpec.agg``) this call contributed
+    stats: dict[str, float]  # additive sums (``MAX_STATS`` combine with max); turn into means with finalize_stats
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    spec: LossSpec,
+    proximal_logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> LossOutput:
+    """The clipped policy-gradient loss of one micro-batch as an unnormalized sum over units.
+
+    Shapes: ``[B, T]`` for log-probs, ``mask`` and ``entropy``; ``[B]`` for advantages. Per token the loss is
+    ``-w * min(r * A, clip(r) * A) + kl_coef * KL - entropy_coef * entropy``; the weight ``w`` applies to the
+    surrogate only. Units: ``token-mean`` sums tokens (units = masked tokens); ``seq-mean-token-mean`` sums each
+    sequence's token mean; ``seq-mean-token-sum-norm`` sums each sequence's token sum over ``norm_len``; the two
+    sequence modes count sequences with at least one masked token. Values at unmasked positions are ignored.
+    """
+    if spec.kl_coef > 0 and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs")
+    if spec.entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs entropy")
+    m = mask.bool()
+    # Padding may hold anything (even inf): zero it so neither the loss nor the gradient sees it.
+    dtype = torch.promote_types(logprobs.dtype, torch.float32)  # at least float32 for the arithmetic
+    logp = torch.where(m, logprobs, 0.0).to(dtype)
+    behav = torch.where(m, behaviour_logprobs.detach(), 0.0).to(dtype)
+    decoupled = spec.decoupled and proximal_logprobs is not None
+    prox = torch.where(m, proximal_logprobs.detach(), 0.0).to(dtype) if decoupled else behav
+    adv = advantages.detach().to(dtype).unsqueeze(-1)
+    n_tok = m.sum(-1)
+    has = n_tok > 0
+
+    w_tok = token_weights(prox, behav)
+    w_seq = sequence_weights(prox, behav, m)
+    weight, masked_tokens, masked_units = _correction(spec, w_tok, w_seq, m)
+
+    log_ratio = logp - prox
+    if spec.kind == "ppo":
+        ratio = torch.exp(log_ratio)
+    else:  # GSPO-token: value of the sequence ratio, gradient of each token's own log-prob
+        seq_log_ratio = log_ratio.sum(-1) / n_tok.clamp(min=1)
+        ratio = torch.exp(seq_log_ratio.detach().unsqueeze(-1) + logp - logp.detach())
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - spec.clip_low, 1.0 + spec.clip_high) * adv
+    per_token = -weight.to(dtype) * torch.minimum(unclipped, clipped)
+
+    kl = None
+    if ref_logprobs is not None:
+        kl = _kl(spec.kl_estimator, logp, torch.where(m, ref_logprobs.detach(), 0.0).to(dtype))
+        if spec.kl_coef > 0:
+            per_token = per_token + spec.kl_coef * kl
+    ent = torch.where(m, entropy, 0.0).to(dtype) if entropy is not None else None
+    if spec.entropy_coef > 0:
+        per_token = per_token - spec.entropy_coef * ent
+    per_token = torch.where(m, per_token, 0.0)
+
+    if spec.agg == "token-mean":
+        loss, units = per_token.sum(), n_tok.sum()
+    elif spec.agg == "seq-mean-token-mean":
+        loss, units = (per_token.sum(-1) / n_tok.clamp(min=1)).sum(), has.sum()
+    else:
+        loss, units = per_token.sum() / spec.norm_len, has.sum()
+
+    with torch.no_grad():
+        fm = m.double()
+        w_tok_m = torch.where(m, w_tok, 0.0)
+        w_seq_h = torch.where(has, w_seq, 0.0)
+        ratio_d, log_ratio_d = ratio.detach().double(), log_ratio.detach().double()
+        values = {
+            "tokens": fm.sum(),
+            "seqs": has.double().sum(),
+            "clipped_tokens": ((clipped.detach() < unclipped.detach()) & m).double().sum(),
+            "ratio_sum": (ratio_d * fm).sum(),
+            "approx_kl_sum": ((torch.exp(log_ratio_d) - 1.0 - log_ratio_d) * fm).sum(),
+            "is_weight_sum": w_tok_m.sum(),
+            "is_weight_sq_sum": (w_tok_m * w_tok_m).sum(),
+            "is_weight_max": w_tok_m.max() if w_tok_m.numel() else fm.new_zeros(()),
+            "seq_w_sum": w_seq_h.sum(),
+            "seq_w_sq_sum": (w_seq_h * w_seq_h).sum(),
+            "masked_units": masked_units.double(),
+            "masked_tokens": masked_tokens.double(),
+            "logprob_gap_abs_sum": ((prox.double() - behav.double()).abs() * fm).sum(),
+            "kl_ref_sum": (kl.detach().double() * fm).sum() if kl is not None else fm.new_zeros(()),
+            "entropy_sum": (ent.detach().double() * fm).sum() if ent is not None else fm.new_zeros(()),
+            "units": units.double(),
+        }
+        flat = torch.stack(list(values.values())).tolist()
+    stats = dict(zip(values, flat, strict=True))
+    return LossOutput(loss=loss, units=stats.pop("units"), stats=stats)
+
+
+def merge_stats(total: dict[str, float], new: dict[str, float]) -> dict[str, float]:
+    """Combine two stats dicts: sums add, ``MAX_STATS`` take the max; an empty ``total`` starts the fold."""
+    return {k: (max(total.get(k, v), v) if k in MAX_STATS else total.get(k, 0.0) + v) for k, v in new.items()}
+
+
+def finalize_stats(sums: dict[str, float]) -> dict[str, float]:
+    """Turn summed stats (of one call, or merged over micro-batches and ranks) into per-token means.
+
+    ``ess_ratio`` is over sequences (VCPO); ``is_weight_*`` are raw token weights ``pi_prox / pi_behav`` before
+    capping; ``masked_fraction`` is the fraction of tokens that MIS removed from the surrogate.
+    """
+    tokens = sums["tokens"]
+
+    def per_token(key: str) -> float:
+        return sums[key] / tokens if tokens > 0 else 0.0
+
+    return {
+        "clip_fraction": per_token("clipped_tokens"),
+        "ratio_mean": per_token("ratio_sum"),
+        "approx_kl": per_token("approx_kl_sum"),
+        "is_weight_mean": per_token("is_weight_sum"),
+        "is_weight_max": sums["is_weight_max"],
+        "ess_ratio": ess_ratio(sums["seq_w_sum"], sums["seq_w_sq_sum"], sums["seqs"]),
+        "masked_fraction": per_token("masked_tokens"),
+        "logprob_gap": per_token("logprob_gap_abs_sum"),
+        "kl_ref": per_token("kl_ref_sum"),
+        "entropy": per_token("entropy_sum"),
+    }
+
+
+@dataclass
+class GrpoLossOutput:
+    loss: torch.Tensor
     clip_fraction: torch.Tensor
     ratio_mean: torch.Tensor
     approx_kl: torch.Tensor
@@ -23,25 +208,46 @@ def grpo_loss(
     clip_low: float,
     clip_high: float,
     num_tokens: float | None = None,
-) -> LossOutput:
-    """Clipped-surrogate loss summed over masked tokens and divided by ``num_tokens``.
+) -> GrpoLossOutput:
+    """Transitional entry point of ``trainer/worker.py``: coupled PPO, token sum divided by ``num_tokens``.
 
-    Shapes: ``[batch, time]`` for log-probs and mask, ``[batch]`` for advantages. ``num_tokens`` is the
-    token count of the whole (global) batch so that micro-batches and data-parallel ranks add up to one
-    token mean; it defaults to this call's own ``mask.sum()``.
+    Superseded by ``policy_loss``; ``num_tokens`` defaults to this call's masked token count.
     """
-    mask = mask.to(logprobs.dtype)
-    denom = mask.sum().clamp(min=1.0) if num_tokens is None else torch.tensor(float(num_tokens))
-    log_ratio = logprobs - old_logprobs
-    ratio = torch.exp(log_ratio)
-    adv = advantages.unsqueeze(-1)
-    unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
-    per_token = -torch.minimum(unclipped, clipped)
-    loss = (per_token * mask).sum() / denom
-    with torch.no_grad():
-        n = mask.sum().clamp(min=1.0)
-        clip_fraction = ((unclipped > clipped).to(mask.dtype) * mask).sum() / n
-        ratio_mean = (ratio * mask).sum() / n
-        approx_kl = (((ratio - 1) - log_ratio) * mask).sum() / n
-    return LossOutput(loss=loss, clip_fraction=clip_fraction, ratio_mean=ratio_mean, approx_kl=approx_kl)
+    out = policy_loss(logprobs, old_logprobs, advantages, mask, LossSpec(clip_low=clip_low, clip_high=clip_high))
+    denom = float(num_tokens) if num_tokens is not None else max(out.units, 1.0)
+    means = {k: torch.tensor(v) for k, v in finalize_stats(out.stats).items()}
+    return GrpoLossOutput(out.loss / denom, means["clip_fraction"], means["ratio_mean"], means["approx_kl"])
+
+
+def _correction(
+    spec: LossSpec, w_tok: torch.Tensor, w_seq: torch.Tensor, m: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token correction weight (float64), tokens masked by MIS, units masked by MIS (tokens or sequences)."""
+    none = m.new_zeros((), dtype=torch.long)
+    if spec.correction == "none":
+        return torch.ones_like(w_tok), none, none
+    seq_level = spec.correction.endswith("-seq")
+    w = w_seq.unsqueeze(-1).expand_as(w_tok) if seq_level else w_tok
+    cap = spec.correction_cap
+    if spec.correction.startswith("tis"):
+        return w.clamp(max=cap), none, none
+    keep = (w >= 1.0 / cap) & (w <= cap)
+    rejected = ~keep & m
+    masked_tokens = rejected.sum()
+    masked_units = rejected.any(-1).sum() if seq_level else masked_tokens
+    return torch.where(keep, w, 0.0), masked_tokens, masked_units
+
+
+def _kl(estimator: str, logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Per-token estimate of KL(current || ref) from tokens sampled by the current policy (Schulman 2020)."""
+    log_rho = ref - logp
+    if estimator == "k1":
+        return -log_rho
+    if estimator == "k2":
+        return 0.5 * log_rho * log_rho
+    return torch.exp(log_rho) - log_rho - 1.0
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"unknown {name} {value!r}; expected one of {', '.join(allowed)}")

@@ -1,0 +1,77 @@
+import math
+
+import pytest
+
+from rl.advantages import ESTIMATORS, compute_advantages, group_advantages, is_group_local
+
+
+def test_group_advantages_hand_computed():
+    adv = group_advantages([1.0, 0.0, 0.0, 1.0])
+    # mean 0.5, population std 0.5 -> +-1
+    assert adv == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-5)
+    assert group_advantages([1.0, 1.0, 1.0]) == [0.0, 0.0, 0.0]
+    assert group_advantages([2.0, 0.0], normalize_std=False) == [1.0, -1.0]
+    assert group_advantages([]) == []
+
+
+def test_grpo():
+    adv = compute_advantages("grpo", [[3.0, 1.0], [1.0, 0.0, 0.0, 1.0]])
+    # group 0: mean 2, std 1 -> [1, -1]; group 1: mean 0.5, std 0.5 -> [1, -1, -1, 1]
+    assert adv[0] == pytest.approx([1.0, -1.0], abs=1e-5)
+    assert adv[1] == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-5)
+
+
+def test_drgrpo_has_no_std():
+    adv = compute_advantages("drgrpo", [[3.0, 1.0, 2.0], [5.0]])
+    # group 0: mean 2 -> [1, -1, 0]; a lone sample equals its own mean -> [0]
+    assert adv == [[1.0, -1.0, 0.0], [0.0]]
+
+
+def test_rloo_leave_one_out():
+    adv = compute_advantages("rloo", [[3.0, 1.0, 2.0], [7.0]])
+    # 3 - (1+2)/2 = 1.5 ; 1 - (3+2)/2 = -1.5 ; 2 - (3+1)/2 = 0 ; a group of one has no other sample -> 0
+    assert adv[0] == pytest.approx([1.5, -1.5, 0.0])
+    assert adv[1] == [0.0]
+
+
+def test_reinforce_pp_uses_batch_statistics():
+    adv = compute_advantages("reinforce++", [[1.0, 0.0], [1.0, 1.0]])
+    # batch mean 0.75; deviations .25, -.75, .25, .25 -> variance (3 * .0625 + .5625) / 4 = .1875, std = sqrt(3)/4
+    # .25 / (sqrt(3)/4) = 1/sqrt(3) ; -.75 / (sqrt(3)/4) = -sqrt(3). The all-equal group is NOT zero here.
+    s3 = math.sqrt(3.0)
+    assert adv[0] == pytest.approx([1 / s3, -s3], abs=1e-5)
+    assert adv[1] == pytest.approx([1 / s3, 1 / s3], abs=1e-5)
+
+
+def test_reinforce_pp_baseline_centres_groups_then_batch_std():
+    adv = compute_advantages("reinforce++-baseline", [[2.0, 0.0], [5.0, 5.0]])
+    # centred per group: [1, -1], [0, 0]; batch std of those = sqrt((1 + 1 + 0 + 0) / 4) = 1/sqrt(2)
+    # -> [sqrt(2), -sqrt(2)], [0, 0]   (GRPO would give [1, -1], [0, 0])
+    s2 = math.sqrt(2.0)
+    assert adv[0] == pytest.approx([s2, -s2], abs=1e-5)
+    assert adv[1] == [0.0, 0.0]
+
+
+def test_all_equal_rewards_give_exact_zeros_for_group_baselines():
+    # 0.1 three times: the float mean is off by an ulp, still the result is exactly 0
+    for est in ("grpo", "drgrpo", "rloo", "reinforce++-baseline"):
+        assert compute_advantages(est, [[0.1, 0.1, 0.1]]) == [[0.0, 0.0, 0.0]], est
+    # the whole batch equal: reinforce++ has nothing to normalize either
+    assert compute_advantages("reinforce++", [[0.1, 0.1], [0.1]]) == [[0.0, 0.0], [0.0]]
+
+
+def test_empty_batch_and_empty_group():
+    for est in ESTIMATORS:
+        assert compute_advantages(est, []) == []
+        assert compute_advantages(est, [[], [1.0, 0.0]])[0] == []
+
+
+def test_unknown_estimator_names_the_valid_ones():
+    with pytest.raises(ValueError, match="rloo"):
+        compute_advantages("ppo-gae", [[1.0]])
+    with pytest.raises(ValueError, match="drgrpo"):
+        is_group_local("nope")
+
+
+def test_is_group_local():
+    assert [is_group_local(e) for e in ESTIMATORS] == [True, True, True, False, False]
