@@ -1,4 +1,5 @@
-"""The ``rl`` command: ``rl train RECIPE [key=value ...]``, ``rl report RUN_DIR``, ``rl models build NAME``,
+"""The ``rl`` command: ``rl train RECIPE [key=value ...]``, ``rl eval MODEL --dataset SOURCE [...]``,
+``rl report RUN_DIR``, ``rl models build NAME``,
 ``rl bench rollout [...]`` and ``rl bench profile-decode [...]``."""
 
 from __future__ import annotations
@@ -47,6 +48,65 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"in {summary['train_seconds']:.0f} s of training ({summary['steps']} steps)"
     )
     return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rl.config import load_config
+    from rl.offline_eval import EvalSettings, recipe_for_dataset, run_eval
+
+    recipe = args.recipe or recipe_for_dataset(args.dataset)
+    try:
+        cfg = load_config(recipe_path(recipe), args.set)
+        cfg.data.source = args.dataset
+    except ValidationError as e:
+        print(f"invalid config:\n{e}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as e:
+        print(f"invalid config: {e}", file=sys.stderr)
+        return 2
+    settings = EvalSettings(
+        model=args.model,
+        dataset=args.dataset,
+        recipe=recipe,
+        split=args.split,
+        samples=args.samples,
+        limit=args.limit,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        cpu_threads_bind=args.cpu_bind,
+    )
+    report = run_eval(cfg, settings)
+    print(report.table())
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report.to_json() + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    ev = sub.add_parser("eval", help="pass@k, reward and response lengths of a model or checkpoint on a dataset")
+    ev.add_argument("model", help="builtin:NAME, an HF model directory, or a run directory (uses its checkpoint/)")
+    ev.add_argument("--dataset", required=True, help="arith, a preset (gsm8k, math, math500, ...), hub name or file")
+    ev.add_argument("--split", default="test", help="dataset split (default test)")
+    ev.add_argument("--samples", type=_positive, default=1, help="samples per problem; pass@k for k=1,2,4..samples")
+    ev.add_argument("--limit", type=_positive, help="only the first N problems")
+    ev.add_argument("--max-tokens", type=_positive, help="response length cap (default: the recipe's)")
+    ev.add_argument(
+        "--temperature", type=float, help="default: the recipe's eval temperature for 1 sample, rollout's for more"
+    )
+    ev.add_argument("--recipe", help="recipe giving the prompt framing, rewards and engine sizes (default: by dataset)")
+    ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override (repeatable)")
+    ev.add_argument("--cpu-bind", help="VLLM_CPU_OMP_THREADS_BIND for the engine (e.g. 0-1)")
+    ev.add_argument("--out", type=Path, help="write the metrics and per-problem records as JSON here")
+    ev.set_defaults(func=cmd_eval)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -102,6 +162,26 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_train(args: argparse.Namespace) -> int:
+    from rl.bench.train import default_variants, parse_variant, run_train_bench, variant_configs
+
+    try:
+        variants = [parse_variant(v) for v in args.variant] if args.variant else default_variants(args.staleness)
+        common = [f"train.max_steps={args.steps}", *args.overrides] if args.steps else list(args.overrides)
+        recipe = recipe_path(args.recipe)
+        variant_configs(recipe, variants, common, args.out)  # every config checked before any run starts
+    except ValidationError as e:
+        print(f"invalid config:\n{e}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as e:
+        print(f"invalid config: {e}", file=sys.stderr)
+        return 2
+    _, table = run_train_bench(recipe, variants, common, args.out)
+    print(table)
+    print(f"wrote {args.out / 'bench_train.json'}, {args.out / 'bench_train.md'} and {args.out / 'bench_train.png'}")
+    return 0
+
+
 def cmd_bench_profile_decode(args: argparse.Namespace) -> int:
     from rl.bench.decode_profile import profile_decode
     from rl.models import resolve_model
@@ -137,6 +217,18 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     rollout.add_argument("--cpu-bind", help="VLLM_CPU_OMP_THREADS_BIND for the engine (e.g. 0-1)")
     rollout.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     rollout.set_defaults(func=cmd_bench_rollout)
+    train = bench.add_parser("train", help="train a recipe under several variants (staleness, shaping), same budget")
+    train.add_argument("recipe", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")
+    train.add_argument("overrides", nargs="*", help="key.path=value overrides applied to every variant")
+    train.add_argument("--steps", type=int, help="optimizer steps per variant (default: the recipe's max_steps)")
+    train.add_argument("--staleness", type=int, default=2, help="k of the default variants (default 2)")
+    train.add_argument(
+        "--variant",
+        action="append",
+        help="NAME:key=value,key=value (repeatable); default: sync, stale{k}, each with plain and darts+sart",
+    )
+    train.add_argument("--out", type=Path, default=Path("runs/bench-train"), help="output directory")
+    train.set_defaults(func=cmd_bench_train)
     decode = bench.add_parser("profile-decode", help="per-token decode latency by batch size (HF decode loop)")
     decode.add_argument("--model", default="builtin:arith-tiny", help="builtin:NAME or a local HF directory")
     decode.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256", help="comma list of batch sizes")
@@ -154,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("recipe", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")
     train.add_argument("overrides", nargs="*", help="key.path=value overrides")
     train.set_defaults(func=cmd_train)
+    _add_eval(sub)
     report = sub.add_parser("report", help="plots and a Markdown summary of a run's metrics.jsonl")
     report.add_argument("run_dir", help="run directory holding metrics.jsonl")
     report.set_defaults(func=cmd_report)

@@ -203,7 +203,7 @@ class Driver:
         """Consume batches, step the trainers, sync weights, log; ``max_steps`` times."""
         cfg = self.cfg.train
         bar = tqdm(total=cfg.max_steps, desc="train", unit="step", dynamic_ncols=True)
-        last = time.monotonic()
+        last, last_idle = time.monotonic(), self.admission.idle_seconds()
         for step in range(1, cfg.max_steps + 1):
             if self.stopping.is_set():
                 log.error("stopping early at step %d", step)
@@ -237,7 +237,9 @@ class Driver:
             metrics["step_seconds"] = now - last
             metrics["rollout_tokens_per_s"] = batch_stats["generated_tokens"] / max(now - last, 1e-9)
             metrics["trainer_idle_frac"] = waited / max(now - last, 1e-9)
-            last = now
+            idle = metrics["rollout_idle_s"]
+            metrics["rollout_idle_frac"] = (idle - last_idle) / max(now - last, 1e-9)
+            last, last_idle = now, idle
             self.logger.log(step, metrics)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.2f}")
             bar.update(1)

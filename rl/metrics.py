@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
     generated = sum(g.stats.get("generated_tokens", 0) for g in groups)
     kept = sum(len(s.tokens) for s in samples)
     out = {
+        "samples": float(len(samples)),
         "reward_mean": float(np.mean(rewards)),
         "reward_std": float(np.std(rewards)),
         "accuracy": float(np.mean([r > 0 for r in rewards])),
@@ -47,6 +49,9 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
         out[f"samples_{key}"] = float(sum(g.stats.get(key, 0) for g in groups))
     for k in range(int(max(stale)) + 1):
         out[f"staleness_hist_{k}"] = float(sum(s == k for s in stale))
+    budgets = Counter(int(g.stats["launched"]) for g in groups if "launched" in g.stats)
+    for n, count in sorted(budgets.items()):  # DARTS budget histogram: how many groups launched n samples
+        out[f"budget_hist_{n}"] = float(count)
     return out
 
 
