@@ -8,6 +8,7 @@ from typing import Any
 
 from rl.buffer import TrajectoryBuffer
 from rl.config import RunConfig
+from rl.losses import LossSpec
 from rl.rollout.vllm_adapter import EngineSpec
 from rl.rollout.worker import remote_rollout_worker
 from rl.trainer.worker import TrainerSpec, TrainerWorker
@@ -40,6 +41,7 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str) -> list[Any]:
         gpu_memory_utilization=cfg.rollout.gpu_memory_utilization,
         enforce_eager=cfg.rollout.enforce_eager,
         seed=cfg.rollout.seed,
+        max_num_seqs=cfg.rollout.max_num_seqs,
         weight_transfer=cfg.weight_sync.transport,
     )
     binds = cfg.rollout.cpu_threads_bind or [None] * cfg.rollout.num_workers
@@ -57,8 +59,8 @@ def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:
         lr=t.lr,
         weight_decay=t.weight_decay,
         grad_clip=t.grad_clip,
-        clip_eps_low=t.clip_eps_low,
-        clip_eps_high=t.clip_eps_high,
+        loss=loss_spec(cfg),
+        ess_lr_scaling=cfg.algorithm.ess_lr_scaling,
         micro_batch_size=t.micro_batch_size,
         threads=t.threads,
         seed=cfg.seed,
@@ -66,6 +68,24 @@ def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:
     init = f"tcp://127.0.0.1:{_free_port()}" if t.num_workers > 1 else None
     actor = ray.remote(num_cpus=1, num_gpus=1.0 if _has_gpus() else 0.0)(TrainerWorker)
     return [actor.remote(spec, rank, t.num_workers, init) for rank in range(t.num_workers)]
+
+
+def loss_spec(cfg: RunConfig) -> LossSpec:
+    """The trainer's ``LossSpec`` from the run's ``algorithm`` section."""
+    a = cfg.algorithm
+    return LossSpec(
+        kind=a.loss,
+        clip_low=a.clip_low,
+        clip_high=a.clip_high,
+        agg=a.agg,
+        norm_len=a.norm_len or cfg.rollout.max_tokens,
+        kl_coef=a.kl_coef,
+        kl_estimator=a.kl_estimator,
+        entropy_coef=a.entropy_coef,
+        correction=a.correction,
+        correction_cap=a.correction_cap,
+        decoupled=a.decoupled,
+    )
 
 
 def start_buffer(cfg: RunConfig) -> Any:

@@ -56,6 +56,7 @@ class RolloutConfig(Strict):
     enforce_eager: bool = True
     cpu_threads_bind: list[str] | None = None  # per worker VLLM_CPU_OMP_THREADS_BIND, e.g. ["0"]
     max_concurrent_groups: int = Field(default=64, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)  # vLLM's cap on running sequences; None: its default
     seed: int = 0
 
 
@@ -90,17 +91,41 @@ class TrainConfig(Strict):
     lr: float = Field(default=1e-3, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     grad_clip: float = Field(default=1.0, gt=0)
-    clip_eps_low: float = Field(default=0.2, ge=0)
-    clip_eps_high: float = Field(default=0.28, ge=0)
     micro_batch_size: int = Field(default=64, ge=1)
     threads: int = Field(default=1, ge=1)  # torch threads per trainer worker on CPU
     save_checkpoint: bool = True
+    # periodic asynchrony (arXiv 2511.18871): with max_staleness=0 the trainer runs forward/backward on each
+    # group as it arrives and steps once the batch is complete; the same update as synchronous training
+    periodic_async: bool = False
 
     @model_validator(mode="after")
     def _sync(self) -> TrainConfig:
         if self.max_staleness == 0 and self.sync_every != 1:
             raise ValueError("max_staleness=0 (on-policy) needs sync_every=1")
         return self
+
+
+class AlgorithmConfig(Strict):
+    """Advantage estimator, policy loss, off-policy correction, regularizers and batch filtering."""
+
+    advantage: Literal["grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline"] = "grpo"
+    loss: Literal["ppo", "gspo"] = "ppo"
+    clip_low: float = Field(default=0.2, ge=0, lt=1)  # clip range [1 - clip_low, 1 + clip_high] (DAPO clip-higher)
+    clip_high: float = Field(default=0.28, ge=0)
+    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    norm_len: int | None = Field(default=None, ge=1)  # seq-mean-token-sum-norm divisor; None: rollout.max_tokens
+    # decoupled PPO: clip against the trainer's own (proximal) log-probs, correct for the behaviour policy with w
+    decoupled: bool = True
+    correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "tis-token"
+    correction_cap: float = Field(default=2.0, ge=1)
+    ess_lr_scaling: bool = False  # VCPO: lr * sqrt(ESS / B) each step
+    kl_coef: float = Field(default=0.0, ge=0)  # KL to the frozen initial policy
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    entropy_coef: float = Field(default=0.0, ge=0)
+    # DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts instead
+    dynamic_sampling: bool = False
+    # at most this many times batch_groups groups are dropped per step; beyond it they are trained on (counted)
+    dynamic_sampling_max_factor: float = Field(default=4.0, ge=0)
 
 
 class WeightSyncConfig(Strict):
@@ -134,9 +159,21 @@ class RunConfig(Strict):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     shaping: ShapingConfig = Field(default_factory=ShapingConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     weight_sync: WeightSyncConfig = Field(default_factory=WeightSyncConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+
+    @model_validator(mode="after")
+    def _periodic(self) -> RunConfig:
+        if self.train.periodic_async and self.train.max_staleness != 0:
+            raise ValueError("train.periodic_async needs train.max_staleness=0 (it is an on-policy mode)")
+        if self.train.periodic_async and self.algorithm.advantage.startswith("reinforce++"):
+            raise ValueError(
+                f"train.periodic_async trains each group as it arrives, so algorithm.advantage must be "
+                f"group-local; {self.algorithm.advantage!r} normalizes over the whole batch"
+            )
+        return self
 
     @property
     def run_dir(self) -> Path:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from rl.actors import start_buffer, start_ray, start_rollout_workers, start_trainers
 from rl.admission import AdmissionControl
-from rl.advantages import group_advantages
+from rl.advantages import compute_advantages
 from rl.config import RunConfig
 from rl.data.source import dataset_rows
 from rl.evaluation import evaluate
@@ -41,6 +41,7 @@ class RunCounters:
     """Things that happen outside any one step, counted for the run summary."""
 
     rollout_errors: int = 0
+    zero_variance_admitted: int = 0  # dynamic sampling's cap was hit: trained on anyway
     dropped_groups: dict[str, int] = field(default_factory=dict)
     reward_failures: dict[str, int] = field(default_factory=dict)
 
@@ -64,6 +65,7 @@ class Driver:
         self.counters = RunCounters()
         self.stopping = asyncio.Event()
         self.version = 0
+        self.zero_variance_this_step = 0
 
     async def run(self) -> dict[str, Any]:
         """Start everything, train ``max_steps`` steps, save, shut down; returns the run summary."""
@@ -108,6 +110,7 @@ class Driver:
                 "engine_startup_s": max(s["startup_s"] for s in stats),
                 "buffer": await self.buffer.stats.remote(),
                 "rollout_errors": self.counters.rollout_errors,
+                "zero_variance_admitted": self.counters.zero_variance_admitted,
                 "dropped_groups": self.counters.dropped_groups,
                 "reward_failures": self.counters.reward_failures,
             }
@@ -154,6 +157,7 @@ class Driver:
             group = await self._score(row, prompt_tokens, result)
             if group is not None:
                 self.policy.observe(row.prompt_id, [len(s.tokens) for s in group.samples])
+            if group is not None and not self._filtered_out(group):
                 await self.buffer.put.remote(group)
                 accepted = True
         except asyncio.CancelledError:
@@ -195,9 +199,24 @@ class Driver:
             prompt=row,
             prompt_tokens=prompt_tokens,
             samples=[s for s, _ in kept],
-            advantages=group_advantages([r for _, r in kept]),
             stats=stats,
         )
+
+    def _filtered_out(self, group: Group) -> bool:
+        """DAPO dynamic sampling: drop a group whose rewards are all equal (no signal); its slot goes to a new prompt.
+
+        At most ``dynamic_sampling_max_factor * batch_groups`` groups are dropped per step, so a run whose prompts
+        are all solved (or all failed) keeps training instead of sampling forever; those are counted.
+        """
+        algo = self.cfg.algorithm
+        if not algo.dynamic_sampling or len({s.reward for s in group.samples}) > 1:
+            return False
+        if self.zero_variance_this_step >= algo.dynamic_sampling_max_factor * self.cfg.train.batch_groups:
+            self.counters.zero_variance_admitted += 1
+            return False
+        self.zero_variance_this_step += 1
+        self.counters.drop("zero_variance")
+        return True
 
     async def continuous_training(self) -> None:
         """Consume batches, step the trainers, sync weights, log; ``max_steps`` times."""
@@ -208,27 +227,22 @@ class Driver:
             if self.stopping.is_set():
                 log.error("stopping early at step %d", step)
                 break
-            t_wait = time.monotonic()
-            groups = await self.buffer.get_batch.remote(cfg.batch_groups, self.version)
-            waited = time.monotonic() - t_wait
+            groups, results = await (self._streamed_step() if cfg.periodic_async else self._batch_step())
             buffer_stats = await self.buffer.stats.remote()
             await self.admission.forget(buffer_stats.get("dropped_stale", 0) - self.admission.forgotten)
             batch_stats = summarize_groups(groups, self.version)
-            shards = [groups[r :: len(self.trainers)] for r in range(len(self.trainers))]
-            global_tokens = sum(len(s.tokens) for g in groups for s in g.samples)
-            results = await asyncio.gather(
-                *[t.train_step.remote(shard, global_tokens) for t, shard in zip(self.trainers, shards, strict=True)]
-            )
             self.version = step
+            busy = max(r["seconds"] for r in results)
             metrics = {
                 **batch_stats,
                 **results[0],
-                "trainer_idle_s": waited,
                 **{f"buffer_{k}": float(v) for k, v in buffer_stats.items()},
                 "rollout_idle_s": self.admission.idle_seconds(),
                 "rollout_errors": self.counters.rollout_errors,
+                "zero_variance_dropped": float(self.zero_variance_this_step),
+                "trainer_tokens_per_s": batch_stats["kept_tokens"] / max(busy, 1e-9),
             }
-            metrics["trainer_tokens_per_s"] = global_tokens / max(max(r["seconds"] for r in results), 1e-9)
+            self.zero_variance_this_step = 0
             if step % cfg.sync_every == 0:
                 report = await self.channel.send(self.version)
                 await self.admission.set_trainer_version(self.version)
@@ -236,7 +250,8 @@ class Driver:
             now = time.monotonic()
             metrics["step_seconds"] = now - last
             metrics["rollout_tokens_per_s"] = batch_stats["generated_tokens"] / max(now - last, 1e-9)
-            metrics["trainer_idle_frac"] = waited / max(now - last, 1e-9)
+            metrics["trainer_idle_s"] = max(now - last - busy, 0.0)
+            metrics["trainer_idle_frac"] = metrics["trainer_idle_s"] / max(now - last, 1e-9)
             idle = metrics["rollout_idle_s"]
             metrics["rollout_idle_frac"] = (idle - last_idle) / max(now - last, 1e-9)
             last, last_idle = now, idle
@@ -247,6 +262,33 @@ class Driver:
                 await self._evaluate(f"step{step}")
         bar.close()
 
+    async def _batch_step(self) -> tuple[list[Group], list[dict[str, float]]]:
+        """Take a whole batch, compute its advantages, one ``train_step`` per data-parallel rank."""
+        groups = await self.buffer.get_batch.remote(self.cfg.train.batch_groups, self.version)
+        assign_advantages(self.cfg.algorithm.advantage, groups)
+        shards = [groups[r :: len(self.trainers)] for r in range(len(self.trainers))]
+        results = await asyncio.gather(
+            *[t.train_step.remote(shard) for t, shard in zip(self.trainers, shards, strict=True)]
+        )
+        return groups, results
+
+    async def _streamed_step(self) -> tuple[list[Group], list[dict[str, float]]]:
+        """Periodic asynchrony: each group is accumulated as soon as it arrives, the step waits for the last one.
+
+        Every group of the step was sampled with the current weights (``max_staleness=0``) and the trainer
+        divides the summed gradient by the step's global loss units, so the update equals ``_batch_step``'s.
+        """
+        groups: list[Group] = []
+        pending = []
+        for i in range(self.cfg.train.batch_groups):
+            group = (await self.buffer.get_batch.remote(1, self.version))[0]
+            assign_advantages(self.cfg.algorithm.advantage, [group])  # group-local estimators only (config check)
+            groups.append(group)
+            pending.append(self.trainers[i % len(self.trainers)].accumulate.remote([group]))
+        await asyncio.gather(*pending)
+        results = await asyncio.gather(*[t.finish_step.remote() for t in self.trainers])
+        return groups, results
+
     async def _evaluate(self, tag: str) -> dict[str, float]:
         metrics = await evaluate(self.test_rows, self.workers, self.encoder, self.rewards, self.eval_sampling, tag)
         self.logger.log(self.version, metrics, kind="eval")
@@ -256,6 +298,13 @@ class Driver:
             flush=True,
         )
         return metrics
+
+
+def assign_advantages(estimator: str, groups: list[Group]) -> None:
+    """Fill every group's ``advantages`` with ``estimator`` computed over ``groups`` together."""
+    values = compute_advantages(estimator, [[s.reward for s in g.samples] for g in groups])
+    for group, advantages in zip(groups, values, strict=True):
+        group.advantages = advantages
 
 
 def _epochs(rows: list[PromptRow], chunk: int, rng: random.Random):

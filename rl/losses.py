@@ -23,6 +23,24 @@ from rl.off_policy import ess_ratio, sequence_weights, token_weights
 
 # Stats combined with max (not a sum) across micro-batches and ranks.
 MAX_STATS: frozenset[str] = frozenset({"is_weight_max"})
+# Every key of ``LossOutput.stats``: a fixed set, so ranks can all-reduce them as one vector.
+STAT_KEYS: tuple[str, ...] = (
+    "tokens",
+    "seqs",
+    "clipped_tokens",
+    "ratio_sum",
+    "approx_kl_sum",
+    "is_weight_sum",
+    "is_weight_sq_sum",
+    "is_weight_max",
+    "seq_w_sum",
+    "seq_w_sq_sum",
+    "masked_units",
+    "masked_tokens",
+    "logprob_gap_abs_sum",
+    "kl_ref_sum",
+    "entropy_sum",
+)
 
 
 @dataclass(frozen=True)
@@ -159,7 +177,13 @@ def policy_loss(
         }
         flat = torch.stack(list(values.values())).tolist()
     stats = dict(zip(values, flat, strict=True))
-    return LossOutput(loss=loss, units=stats.pop("units"), stats=stats)
+    units = stats.pop("units")
+    return LossOutput(loss=loss, units=units, stats=stats)
+
+
+def empty_stats() -> dict[str, float]:
+    """All stats at zero: the start of a fold with ``merge_stats`` (weights are >= 0, so 0 is a safe max)."""
+    return dict.fromkeys(STAT_KEYS, 0.0)
 
 
 def merge_stats(total: dict[str, float], new: dict[str, float]) -> dict[str, float]:
@@ -190,33 +214,6 @@ def finalize_stats(sums: dict[str, float]) -> dict[str, float]:
         "kl_ref": per_token("kl_ref_sum"),
         "entropy": per_token("entropy_sum"),
     }
-
-
-@dataclass
-class GrpoLossOutput:
-    loss: torch.Tensor
-    clip_fraction: torch.Tensor
-    ratio_mean: torch.Tensor
-    approx_kl: torch.Tensor
-
-
-def grpo_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    clip_low: float,
-    clip_high: float,
-    num_tokens: float | None = None,
-) -> GrpoLossOutput:
-    """Transitional entry point of ``trainer/worker.py``: coupled PPO, token sum divided by ``num_tokens``.
-
-    Superseded by ``policy_loss``; ``num_tokens`` defaults to this call's masked token count.
-    """
-    out = policy_loss(logprobs, old_logprobs, advantages, mask, LossSpec(clip_low=clip_low, clip_high=clip_high))
-    denom = float(num_tokens) if num_tokens is not None else max(out.units, 1.0)
-    means = {k: torch.tensor(v) for k, v in finalize_stats(out.stats).items()}
-    return GrpoLossOutput(out.loss / denom, means["clip_fraction"], means["ratio_mean"], means["approx_kl"])
 
 
 def _correction(

@@ -34,6 +34,7 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
     kept = sum(len(s.tokens) for s in samples)
     out = {
         "samples": float(len(samples)),
+        "groups_all_equal": float(sum(len({s.reward for s in g.samples}) == 1 for g in groups)),  # no signal
         "reward_mean": float(np.mean(rewards)),
         "reward_std": float(np.std(rewards)),
         "accuracy": float(np.mean([r > 0 for r in rewards])),

@@ -28,6 +28,7 @@ class EngineSpec:
     seed: int = 0
     weight_transfer: str = "cpu"  # cpu | nccl | ipc
     priority_scheduling: bool = False
+    max_num_seqs: int | None = None  # cap on running sequences; None: vLLM's default
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ class VllmEngine:
         )
         if spec.priority_scheduling:
             kwargs["scheduling_policy"] = "priority"
+        if spec.max_num_seqs is not None:
+            kwargs["max_num_seqs"] = spec.max_num_seqs
         if self.cpu:
             kwargs.update(
                 dtype="float32" if spec.dtype == "auto" else spec.dtype,

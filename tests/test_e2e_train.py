@@ -43,3 +43,41 @@ def test_rl_train_a_few_async_steps(ray_session, tiny_model_dir, tmp_path):
     assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 2, 4]
     assert (tmp_path / "e2e" / "checkpoint" / "model.safetensors").exists()
     assert any((tmp_path / "e2e" / "tb").iterdir())
+
+
+def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, tiny_model_dir, tmp_path):
+    cfg = load_config(
+        recipe_path("arith_tiny"),
+        [
+            f"output_dir={tmp_path}",
+            "name=periodic",
+            "train.max_steps=3",
+            "train.batch_groups=4",
+            "train.periodic_async=true",
+            "shaping.m_keep=4",
+            "algorithm.advantage=rloo",
+            "algorithm.dynamic_sampling=true",
+            "algorithm.kl_coef=0.01",
+            "eval.num_problems=8",
+            "eval.every=0",
+            "rollout.cpu_threads_bind=null",
+            "train.save_checkpoint=false",
+        ],
+    )
+    summary = run_training(cfg)
+
+    assert summary["steps"] == 3 and summary["rollout_errors"] == 0
+    train = [
+        r
+        for r in map(json.loads, (tmp_path / "periodic" / "metrics.jsonl").read_text().splitlines())
+        if r["kind"] == "train"
+    ]
+    assert [r["staleness_max"] for r in train] == [0, 0, 0]  # periodic asynchrony is on-policy
+    assert all(r["samples"] == 16 for r in train)  # dropped groups were refilled: the batch never shrinks
+    dropped = summary["dropped_groups"].get("zero_variance", 0)
+    assert dropped == sum(r["zero_variance_dropped"] for r in train)
+    # only groups let through past the dynamic-sampling cap may lack reward variance
+    assert sum(r["groups_all_equal"] for r in train) == summary["zero_variance_admitted"]
+    for r in train:
+        assert r["kl_ref"] >= 0.0 and 0.0 < r["ess_ratio"] <= 1.0 + 1e-9
+        assert r["logprob_gap"] < 1e-3  # trainer and engine agree on the log-probs of fresh samples

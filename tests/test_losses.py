@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from rl.losses import LossSpec, finalize_stats, grpo_loss, merge_stats, policy_loss
+from rl.losses import STAT_KEYS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
 
 L = math.log
 NAN = float("nan")
@@ -374,13 +374,16 @@ def test_finalize_and_merge_stats():
     assert means["entropy"] == pytest.approx(3.0 / 4)
 
 
-# ---- transitional entry point used by trainer/worker.py ------------------------------------------------------
-
-
-def test_grpo_loss_global_token_normalization_and_gradient_sign():
-    logits = torch.zeros(1, 4, requires_grad=True)
-    out = grpo_loss(logits, torch.zeros(1, 4), torch.tensor([2.0]), torch.ones(1, 4), 0.2, 0.2, num_tokens=8)
-    assert out.loss.item() == pytest.approx(-2.0 * 4 / 8)
-    out.loss.backward()
-    assert torch.all(logits.grad < 0)  # positive advantage pushes log-probs up (loss down)
-    assert out.ratio_mean.item() == pytest.approx(1.0) and out.clip_fraction.item() == 0.0
+def test_stats_keys_are_the_fixed_set_and_empty_stats_start_the_fold():
+    spec = LossSpec(kl_coef=0.1, entropy_coef=0.01)
+    out = policy_loss(
+        torch.zeros(2, 3),
+        torch.zeros(2, 3),
+        torch.tensor([1.0, -1.0]),
+        torch.ones(2, 3),
+        spec,
+        ref_logprobs=torch.zeros(2, 3),
+        entropy=torch.ones(2, 3),
+    )
+    assert tuple(out.stats) == STAT_KEYS  # ranks all-reduce the stats as one vector in this order
+    assert merge_stats(empty_stats(), out.stats) == out.stats

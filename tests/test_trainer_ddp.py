@@ -1,48 +1,18 @@
 """Two trainer workers on gloo train data-parallel and match one worker on the whole batch."""
 
-import random
-
 import ray
 from rl.trainer.worker import TrainerSpec, TrainerWorker
+from synthetic import make_groups
 
 from rl.actors import _free_port
-from rl.types import Group, PromptRow, Sample
-
-
-def make_groups(n: int, seed: int = 0) -> list[Group]:
-    rng = random.Random(seed)
-    groups = []
-    for g in range(n):
-        samples = []
-        for i in range(4):
-            tokens = [rng.randrange(4, 20) for _ in range(rng.randrange(3, 12))]
-            samples.append(
-                Sample(
-                    index=i,
-                    tokens=tokens,
-                    logprobs=[-3.0] * len(tokens),
-                    versions=[0] * len(tokens),
-                    finish_reason="stop",
-                )
-            )
-        groups.append(
-            Group(
-                prompt=PromptRow(f"p{g}", "", ""),
-                prompt_tokens=[7, 14, 5, 16],
-                samples=samples,
-                advantages=[1.0, -1.0, 0.5, -0.5],
-            )
-        )
-    return groups
 
 
 def test_two_gloo_workers_equal_one_worker(ray_session, tiny_model_dir):
     spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=3)
     groups = make_groups(6)
-    tokens = sum(len(s.tokens) for g in groups for s in g.samples)
 
     single = TrainerWorker(spec)
-    single.train_step(groups, tokens)
+    single.train_step(groups)
     expected = single.parameter_checksum()
     initial = TrainerWorker(spec).parameter_checksum()
 
@@ -50,7 +20,7 @@ def test_two_gloo_workers_equal_one_worker(ray_session, tiny_model_dir):
     init = f"tcp://127.0.0.1:{_free_port()}"
     workers = [actor.remote(spec, rank, 2, init) for rank in range(2)]
     shards = [groups[0::2], groups[1::2]]  # uneven micro-batch counts are fine: one all-reduce per step
-    ray.get([w.train_step.remote(shard, tokens) for w, shard in zip(workers, shards, strict=True)])
+    ray.get([w.train_step.remote(shard) for w, shard in zip(workers, shards, strict=True)])
     sums = ray.get([w.parameter_checksum.remote() for w in workers])
     ray.get([w.shutdown.remote() for w in workers])
     for w in workers:

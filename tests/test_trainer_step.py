@@ -34,7 +34,7 @@ def group(case, advantages) -> Group:
 
 def test_positive_advantage_raises_and_negative_lowers_logprob(case):
     before_good, before_bad = logprob(case, case.good), logprob(case, case.bad)
-    metrics = case.trainer.train_step([group(case, [1.0, -1.0])], len(case.good) + len(case.bad))
+    metrics = case.trainer.train_step([group(case, [1.0, -1.0])])
     assert metrics["skipped_nonfinite"] == 0 and metrics["grad_norm"] > 0
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)  # on-policy: old log-probs are the current ones
     assert logprob(case, case.good) > before_good
@@ -44,7 +44,7 @@ def test_positive_advantage_raises_and_negative_lowers_logprob(case):
 def test_nonfinite_loss_skips_the_step_and_keeps_weights(case):
     before = case.trainer.parameter_checksum()
     version = case.trainer.version
-    metrics = case.trainer.train_step([group(case, [math.nan, 1.0])], len(case.good) + len(case.bad))
+    metrics = case.trainer.train_step([group(case, [math.nan, 1.0])])
     assert metrics["skipped_nonfinite"] == 1
     assert case.trainer.parameter_checksum() == before
     assert case.trainer.version == version + 1  # the step is counted, the update is not applied

@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+from rl.kernels.token_entropy import token_entropy
 from rl.kernels.token_logprobs import token_logprobs
 from rl.trainer.batching import TokenBatch, collate, rows_of
 
-from rl.losses import grpo_loss
+from rl.losses import MAX_STATS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
+from rl.off_policy import ess_lr_scale
 from rl.types import Group
 
 
@@ -27,8 +29,8 @@ class TrainerSpec:
     lr: float = 1e-3
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    clip_eps_low: float = 0.2
-    clip_eps_high: float = 0.28
+    loss: LossSpec = field(default_factory=LossSpec)
+    ess_lr_scaling: bool = False
     micro_batch_size: int = 64
     threads: int = 1
     seed: int = 0
@@ -45,10 +47,15 @@ class TrainerWorker:
         torch.manual_seed(spec.seed)
         self.model = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)
         self.model.config.use_cache = False
+        self.reference = None  # frozen initial policy, only when the loss has a KL term
+        if spec.loss.kl_coef > 0:
+            self.reference = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)
+            self.reference.eval().requires_grad_(False)
         tok = AutoTokenizer.from_pretrained(spec.model)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
         self.version = 0
+        self._reset_accumulation()
         if world_size > 1:
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             torch.distributed.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
@@ -56,59 +63,108 @@ class TrainerWorker:
     def _autocast(self):
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
 
-    def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
+    def _forward(self, model, batch: TokenBatch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Token log-probs ``[B, T-1]`` of the batch under ``model`` (and the per-position entropy if asked)."""
         ids = batch.input_ids.to(self.device)
         with self._autocast():
-            logits = self.model(input_ids=ids, attention_mask=batch.attention_mask.to(self.device)).logits
-        return token_logprobs(logits[:, :-1], ids[:, 1:])
+            logits = model(input_ids=ids, attention_mask=batch.attention_mask.to(self.device)).logits[:, :-1]
+        return token_logprobs(logits, ids[:, 1:]), token_entropy(logits) if entropy else None
 
-    def train_step(self, groups: list[Group], global_tokens: int) -> dict[str, float]:
-        """One optimizer step on this rank's shard; ``global_tokens`` counts response tokens on all ranks."""
+    def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
+        return self._forward(self.model, batch)[0]
+
+    def _reset_accumulation(self) -> None:
+        self._stats = empty_stats()
+        self._units = 0.0
+        self._loss_sum = 0.0
+        self._busy = 0.0
+
+    def accumulate(self, groups: list[Group]) -> float:
+        """Forward/backward on ``groups`` into the gradient buffers; no optimizer step. Returns the seconds spent.
+
+        The loss is summed, not averaged: ``finish_step`` divides the summed gradient by the global number of
+        loss units once every group of the step (on every rank) has been accumulated, so accumulating a batch
+        in any split gives the same update as one call with the whole batch.
+        """
         t0 = time.monotonic()
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=False)
+        spec = self.spec.loss
         rows = rows_of(groups)
-        sums = {"loss": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "approx_kl": 0.0}
-        local_tokens = 0
         for start in range(0, len(rows), self.spec.micro_batch_size):
             batch = collate(rows[start : start + self.spec.micro_batch_size], self.pad_id)
-            mask = batch.response_mask.to(self.device)
-            out = grpo_loss(
-                self._logprobs(batch),
+            logprobs, entropy = self._forward(self.model, batch, entropy=spec.entropy_coef > 0)
+            reference = None
+            if self.reference is not None:
+                with torch.no_grad():
+                    reference = self._forward(self.reference, batch)[0]
+            out = policy_loss(
+                logprobs,
                 batch.old_logprobs.to(self.device),
                 batch.advantages.to(self.device),
-                mask,
-                self.spec.clip_eps_low,
-                self.spec.clip_eps_high,
-                num_tokens=global_tokens,
+                batch.response_mask.to(self.device),
+                spec,
+                # one optimizer step per batch: the parameters before it are exactly the proximal policy
+                proximal_logprobs=logprobs.detach(),
+                ref_logprobs=reference,
+                entropy=entropy,
             )
             out.loss.backward()
-            n = batch.num_tokens
-            local_tokens += n
-            sums["loss"] += out.loss.item()
-            for key in ("clip_fraction", "ratio_mean", "approx_kl"):
-                sums[key] += getattr(out, key).item() * n
+            self._units += out.units
+            self._loss_sum += out.loss.item()
+            self._stats = merge_stats(self._stats, out.stats)
+        self._busy += time.monotonic() - t0
+        return time.monotonic() - t0
+
+    def finish_step(self) -> dict[str, float]:
+        """Average the accumulated gradients over the global loss units, clip, step; returns the step's metrics."""
+        t0 = time.monotonic()
+        totals = self._global_totals()
+        units = totals.pop("units")
+        loss = totals.pop("loss_sum") / max(units, 1.0)
         self._all_reduce_grads()
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.div_(max(units, 1.0))
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.grad_clip).item()
-        if math.isfinite(grad_norm) and math.isfinite(sums["loss"]):
+        stats = finalize_stats(totals)
+        scale = ess_lr_scale(stats["ess_ratio"]) if self.spec.ess_lr_scaling else 1.0
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.spec.lr * scale
+        skipped = not (math.isfinite(grad_norm) and math.isfinite(loss)) or units == 0
+        if not skipped:
             self.optimizer.step()
-            skipped = 0.0
-        else:
-            self.optimizer.zero_grad()
-            skipped = 1.0
+        self.optimizer.zero_grad(set_to_none=False)
         self.version += 1
-        tokens = max(local_tokens, 1)
+        busy = self._busy + time.monotonic() - t0
+        self._reset_accumulation()
         return {
-            "loss": sums["loss"],
+            "loss": loss,
             "grad_norm": grad_norm,
-            "skipped_nonfinite": skipped,
-            "clip_fraction": sums["clip_fraction"] / tokens,
-            "ratio_mean": sums["ratio_mean"] / tokens,
-            "approx_kl": sums["approx_kl"] / tokens,
-            "tokens": float(local_tokens),
-            "seconds": time.monotonic() - t0,
+            "skipped_nonfinite": float(skipped),
+            **stats,
+            "tokens": totals.get("tokens", 0.0),
+            "seconds": busy,
             "lr": self.optimizer.param_groups[0]["lr"],
         }
+
+    def train_step(self, groups: list[Group]) -> dict[str, float]:
+        """One optimizer step on this rank's shard of the batch (every rank calls it together)."""
+        self.optimizer.zero_grad(set_to_none=False)
+        self._reset_accumulation()
+        self.accumulate(groups)
+        return self.finish_step()
+
+    def _global_totals(self) -> dict[str, float]:
+        """This step's loss units, loss sum and stats, summed (max for ``MAX_STATS``) over all ranks."""
+        totals = {**self._stats, "units": self._units, "loss_sum": self._loss_sum}
+        if self.world_size == 1:
+            return totals
+        keys = sorted(totals)
+        summed = torch.tensor([0.0 if k in MAX_STATS else totals[k] for k in keys], dtype=torch.float64)
+        maxed = torch.tensor([totals[k] if k in MAX_STATS else -math.inf for k in keys], dtype=torch.float64)
+        torch.distributed.all_reduce(summed)
+        torch.distributed.all_reduce(maxed, op=torch.distributed.ReduceOp.MAX)
+        return {k: float(maxed[i] if k in MAX_STATS else summed[i]) for i, k in enumerate(keys)}
 
     def _all_reduce_grads(self) -> None:
         if self.world_size == 1:
