@@ -25,6 +25,9 @@ def test_bundled_recipe_loads_and_overrides_apply():
         ("rollout.temperature=-1", "rollout.temperature", "greater than 0"),
         ("shaping.long_slots=8", "shaping", "long_slots (8) must be < m_keep (8)"),
         ("weight_sync.transport=nccl", "weight_sync", "not implemented yet"),
+        ("algorithm.advantage=ppo", "algorithm.advantage", "Input should be"),
+        ("algorithm.correction_cap=0.5", "algorithm.correction_cap", "greater than or equal to 1"),
+        ("algorithm.clip_low=1.5", "algorithm.clip_low", "less than 1"),
     ],
 )
 def test_bad_values_name_the_field(override, path, message):
@@ -37,6 +40,15 @@ def test_bad_values_name_the_field(override, path, message):
 def test_on_policy_needs_sync_every_step():
     with pytest.raises(ValidationError, match="sync_every=1"):
         load_config(None, ["train.max_staleness=0", "train.sync_every=2"])
+
+
+def test_periodic_asynchrony_needs_on_policy_and_group_local_advantages():
+    with pytest.raises(ValidationError, match="periodic_async needs train.max_staleness=0"):
+        load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "train.max_staleness=2"])
+    with pytest.raises(ValidationError, match="must be group-local"):
+        load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "algorithm.advantage=reinforce++"])
+    cfg = load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "algorithm.advantage=rloo"])
+    assert cfg.train.periodic_async and cfg.algorithm.advantage == "rloo"
 
 
 def test_malformed_override_and_missing_recipe():
