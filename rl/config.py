@@ -56,6 +56,9 @@ class RolloutConfig(Strict):
     enforce_eager: bool = True
     cpu_threads_bind: list[str] | None = None  # per worker VLLM_CPU_OMP_THREADS_BIND, e.g. ["0"]
     max_concurrent_groups: int = Field(default=64, ge=1)
+    # samples in flight across a weight sync: "keep" running (vLLM pause keep; per-token versions) or
+    # "resubmit" (abort, then continue prompt + partial response with the new weights, AReaL/slime style)
+    partial_rollouts: Literal["keep", "resubmit"] = "keep"
     max_num_seqs: int | None = Field(default=None, ge=1)  # vLLM's cap on running sequences; None: its default
     seed: int = 0
 

@@ -82,7 +82,9 @@ class Driver:
         self.workers = start_rollout_workers(cfg, self.model_dir)
         self.trainers = start_trainers(cfg, self.model_dir)
         self.buffer = start_buffer(cfg)
-        self.channel = make_weight_channel(cfg.weight_sync.transport, self.trainers[0], self.workers)
+        self.channel = make_weight_channel(
+            cfg.weight_sync.transport, self.trainers[0], self.workers, cfg.rollout.partial_rollouts == "resubmit"
+        )
         self.logger = MetricsLogger(cfg.run_dir)
         try:
             t0 = time.monotonic()
@@ -193,6 +195,7 @@ class Driver:
         stats = {
             **result.controller_stats,
             "generated_tokens": result.generated_tokens,
+            "resubmitted": result.resubmits,
             "seconds": result.seconds,
         }
         return Group(

@@ -46,7 +46,7 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
         "staleness_max": float(max(stale)),
         **percentiles([len(s.tokens) for s in samples], "response_len"),
     }
-    for key in ("launched", "aborted", "discarded", "pruned", "shortfall"):
+    for key in ("launched", "aborted", "discarded", "pruned", "shortfall", "resubmitted"):
         out[f"samples_{key}"] = float(sum(g.stats.get(key, 0) for g in groups))
     for k in range(int(max(stale)) + 1):
         out[f"staleness_hist_{k}"] = float(sum(s == k for s in stale))

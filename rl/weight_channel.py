@@ -2,7 +2,8 @@
 
 ``cpu``: rank 0 serializes its HF-named parameters to safetensors bytes, the bytes go through Ray's
 object store once (the trainer call's return value), and each rollout worker loads them with the
-layer-wise reload (pause keep -> load -> version bump -> resume). Works on any device.
+layer-wise reload (pause -> load -> version bump -> resume). Works on any device. In-flight requests
+are kept across the load, or (``interrupt``) aborted and resubmitted with their partial responses.
 
 ``nccl`` / ``ipc`` (GPU): vLLM's native weight transfer. Not implemented yet: the GPU machines lent to
 this project have no vLLM, so nothing of that path could be run; see the issue note.
@@ -30,19 +31,24 @@ class WeightChannel(Protocol):
 
 
 class CpuWeightChannel:
-    def __init__(self, trainer: Any, rollout_workers: list[Any]) -> None:
+    def __init__(self, trainer: Any, rollout_workers: list[Any], interrupt: bool = False) -> None:
         self.trainer = trainer  # rank-0 TrainerWorker actor handle
         self.rollout_workers = rollout_workers
+        self.interrupt = interrupt  # abort in-flight requests and resubmit them, instead of keeping them
 
     async def send(self, version: int) -> SyncReport:
         t0 = time.monotonic()
         blob_ref = self.trainer.weights_for_sync.remote()  # stays in the object store; workers fetch it
-        engine_seconds = await asyncio.gather(*[w.load_weights.remote(blob_ref, version) for w in self.rollout_workers])
+        engine_seconds = await asyncio.gather(
+            *[w.load_weights.remote(blob_ref, version, self.interrupt) for w in self.rollout_workers]
+        )
         return SyncReport(version, time.monotonic() - t0, list(engine_seconds))
 
 
-def make_weight_channel(transport: str, trainer: Any, rollout_workers: list[Any]) -> WeightChannel:
+def make_weight_channel(
+    transport: str, trainer: Any, rollout_workers: list[Any], interrupt: bool = False
+) -> WeightChannel:
     """The channel for ``transport`` (``cpu`` works everywhere; ``nccl``/``ipc`` are not built yet)."""
     if transport == "cpu":
-        return CpuWeightChannel(trainer, rollout_workers)
+        return CpuWeightChannel(trainer, rollout_workers, interrupt)
     raise NotImplementedError(f"weight_sync.transport={transport!r} is not implemented yet; use 'cpu'")

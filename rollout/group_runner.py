@@ -27,6 +27,7 @@ class GroupResult:
     generated_tokens: int
     kept_tokens: int
     seconds: float
+    resubmits: int = 0  # samples resubmitted after a weight sync interrupted them
     timeline: list[tuple[int, float, float, str]] = field(default_factory=list)  # index, start, end, fate
 
 
@@ -95,6 +96,7 @@ async def run_group(
         generated_tokens=sum(len(t.tokens) for t in traces),
         kept_tokens=sum(len(s.tokens) for s in samples),
         seconds=time.monotonic() - t0,
+        resubmits=sum(t.resubmits for t in traces),
         timeline=timeline,
     )
 

@@ -1,15 +1,16 @@
 """The one place Tailor talks to vLLM's Python API (it changes often; pin and adapt here).
 
 ``VllmEngine`` wraps ``AsyncLLM``: token-id prompts, one request per sample (``n=1``) so each sample
-can be aborted on its own, sampled-token log-probs (``processed_logprobs``), pause/resume with
-``mode="keep"``, weight loading and per-token weight versions.
+can be aborted on its own, sampled-token log-probs (``processed_logprobs``), weight loading under a
+pause that keeps in-flight requests (``mode="keep"``) or aborts and resubmits them, per-token weight versions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 EXTENSION_CLS = "rl.rollout.vllm_extension.WeightLoaderExtension"
@@ -50,6 +51,7 @@ class RequestTrace:
     version_spans: list[tuple[int, int, int]] = field(default_factory=list)  # (version, start, end)
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
+    resubmits: int = 0  # times a weight sync interrupted it and it was resubmitted
 
     def token_versions(self, default: int) -> list[int]:
         """One policy version per generated token (``default`` where vLLM gave no span)."""
@@ -106,6 +108,10 @@ class VllmEngine:
                 kwargs["weight_transfer_config"] = WeightTransferConfig(backend=spec.weight_transfer)
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         self.version = 0
+        self._live: dict[str, str] = {}  # trace id -> vLLM id of its current (possibly resubmitted) request
+        self._caller_aborted: set[str] = set()
+        self._serving = asyncio.Event()  # cleared while weights load: resubmissions wait for it
+        self._serving.set()
 
     async def start(self) -> None:
         """Stamp the initial weight version so every token carries an integer version."""
@@ -130,18 +136,40 @@ class VllmEngine:
     async def generate(
         self, trace: RequestTrace, prompt_tokens: list[int], sampling: SamplingSpec, priority: int = 0
     ) -> RequestTrace:
-        """Run one request to its end (stop, length or abort), filling ``trace`` as tokens arrive."""
+        """Run one request to its end (stop, length or abort), filling ``trace`` as tokens arrive.
+
+        A request interrupted by a weight sync in ``interrupt`` mode (``load_weights``) is resubmitted as
+        prompt + partial response with the remaining token budget: the kept tokens keep their version and
+        behaviour log-probs, the continuation comes from the new weights. Caller aborts are final.
+        """
         kwargs = {"priority": priority} if self.spec.priority_scheduling else {}
-        async for out in self.engine.generate(
-            {"prompt_token_ids": prompt_tokens}, self._params(sampling), request_id=trace.request_id, **kwargs
-        ):
-            c = out.outputs[0]
-            _append_delta(trace, c)
-            if out.finished:
-                trace.finish_reason = str(c.finish_reason)
-                trace.version_spans = [
-                    (int(s.version), s.start, s.end) for s in (getattr(c, "weight_versions", None) or [])
-                ]
+        while True:
+            await self._serving.wait()
+            if trace.request_id in self._caller_aborted:
+                trace.finish_reason = "abort"
+                break
+            offset, version = len(trace.tokens), self.version
+            request_id = trace.request_id if trace.resubmits == 0 else f"{trace.request_id}~{trace.resubmits}"
+            self._live[trace.request_id] = request_id
+            params = self._params(replace(sampling, max_tokens=sampling.max_tokens - offset))
+            async for out in self.engine.generate(
+                {"prompt_token_ids": prompt_tokens + trace.tokens}, params, request_id=request_id, **kwargs
+            ):
+                c = out.outputs[0]
+                _append_delta(trace, c)
+                if out.finished:
+                    trace.finish_reason = str(c.finish_reason)
+                    spans = getattr(c, "weight_versions", None) or []
+                    trace.version_spans += [(int(s.version), s.start + offset, s.end + offset) for s in spans] or [
+                        (version, offset, len(trace.tokens))
+                    ]
+            interrupted = trace.finish_reason == "abort" and trace.request_id not in self._caller_aborted
+            if not interrupted or len(trace.tokens) >= sampling.max_tokens:
+                break
+            trace.finish_reason = None  # still running, as far as a controller can tell
+            trace.resubmits += 1
+        self._live.pop(trace.request_id, None)
+        self._caller_aborted.discard(trace.request_id)
         trace.finished = time.monotonic()
         return trace
 
@@ -168,19 +196,27 @@ class VllmEngine:
         return traces
 
     async def abort(self, request_ids: list[str]) -> None:
+        """Abort requests by their trace ids (for good: an aborted request is never resubmitted)."""
         if request_ids:
-            await self.engine.abort(request_ids)
+            self._caller_aborted.update(request_ids)
+            await self.engine.abort([self._live.get(r, r) for r in request_ids])
 
-    async def load_weights(self, blob: bytes, version: int) -> float:
-        """Pause (in-flight requests kept), load safetensors bytes, bump the version, resume."""
+    async def load_weights(self, blob: bytes, version: int, interrupt: bool = False) -> float:
+        """Pause, load safetensors bytes, bump the version, resume.
+
+        In-flight requests are kept and continue with the new weights (``interrupt=False``, vLLM's pause
+        ``keep``), or aborted and resubmitted by ``generate`` after the load (``interrupt=True``).
+        """
         t0 = time.monotonic()
-        await self.engine.pause_generation(mode="keep", clear_cache=True)
+        self._serving.clear()
+        await self.engine.pause_generation(mode="abort" if interrupt else "keep", clear_cache=True)
         try:
             await self.engine.collective_rpc("load_hf_weights_bytes", args=(blob,))
             await self.engine.update_weight_version(str(version))
             self.version = version
         finally:
             await self.engine.resume_generation()
+            self._serving.set()
         return time.monotonic() - t0
 
     def num_unfinished(self) -> int:

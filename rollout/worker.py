@@ -49,9 +49,10 @@ class RolloutWorker:
             progress_every_s=progress_every_s,
         )
 
-    async def load_weights(self, blob: bytes, version: int) -> float:
-        """Load new policy weights (safetensors bytes); in-flight requests continue. Returns seconds."""
-        seconds = await self.engine.load_weights(blob, version)
+    async def load_weights(self, blob: bytes, version: int, interrupt: bool = False) -> float:
+        """Load new policy weights (safetensors bytes); in-flight requests continue, or are aborted and
+        resubmitted with ``interrupt``. Returns seconds."""
+        seconds = await self.engine.load_weights(blob, version, interrupt)
         self.sync_seconds.append(seconds)
         return seconds
 

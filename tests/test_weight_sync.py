@@ -1,5 +1,7 @@
 """After a sync, vLLM's behaviour log-probs equal the trainer's recomputed log-probs (fp32)."""
 
+import time
+
 import numpy as np
 import ray
 from rl.rollout.vllm_adapter import SamplingSpec
@@ -56,3 +58,23 @@ def test_in_flight_request_survives_a_sync_with_version_spans(rollout_worker, ti
     assert sample.finish_reason == "length" and len(sample.tokens) == 120
     assert sample.versions[-1] == 11
     assert sample.versions == sorted(sample.versions)  # spans are contiguous and ordered
+
+
+def test_interrupted_request_is_resubmitted_with_its_partial_response(rollout_worker, tiny_model_dir, encode):
+    trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir))
+    blob = trainer.weights_for_sync()
+    old = ray.get(rollout_worker.stats.remote())["version"]
+    plan = GroupPlan(prompt_id="r", n_launch=1, m_keep=1)
+    long_run = rollout_worker.generate_group.remote(
+        "resubmit-1", encode(PROMPT_TEXT), SamplingSpec(max_tokens=120, ignore_eos=True), PlainController(plan)
+    )
+    while ray.get(rollout_worker.stats.remote())["unfinished"] == 0:  # wait until the request is running
+        time.sleep(0.01)
+    ray.get(rollout_worker.load_weights.remote(blob, old + 1, True))  # pause "abort", load, resume, resubmit
+    result = ray.get(long_run)
+    sample = result.samples[0]
+    assert result.resubmits == 1
+    assert sample.finish_reason == "length" and len(sample.tokens) == 120  # budget = partial + continuation
+    assert len(sample.logprobs) == 120
+    assert sample.versions[0] == old and sample.versions[-1] == old + 1
+    assert sample.versions == sorted(sample.versions)
