@@ -42,6 +42,7 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str) -> list[Any]:
         enforce_eager=cfg.rollout.enforce_eager,
         seed=cfg.rollout.seed,
         max_num_seqs=cfg.rollout.max_num_seqs,
+        priority_scheduling=cfg.shaping.priority != "none",
         weight_transfer=cfg.weight_sync.transport,
     )
     binds = cfg.rollout.cpu_threads_bind or [None] * cfg.rollout.num_workers

@@ -73,6 +73,10 @@ class ShapingConfig(Strict):
     alpha: float = 0.3
     beta: int = Field(default=2, ge=0)
     progress_every_s: float = Field(default=0.5, gt=0)  # how often SART looks at running samples
+    # vLLM request priority from the TIE score of the prompt's length model (DARTS policies only):
+    # longest_first shortens the batch's makespan, shortest_first its mean latency
+    priority: Literal["none", "longest_first", "shortest_first"] = "none"
+    tie_beta: float = Field(default=0.1, ge=0, le=1)  # TIE's tail weight
 
     @model_validator(mode="after")
     def _bounds(self) -> ShapingConfig:
@@ -82,6 +86,8 @@ class ShapingConfig(Strict):
             )
         if self.long_slots >= self.m_keep:
             raise ValueError(f"long_slots ({self.long_slots}) must be < m_keep ({self.m_keep})")
+        if self.priority != "none" and "darts" not in self.policy:
+            raise ValueError(f"priority {self.priority!r} needs a DARTS policy (its length model), not {self.policy!r}")
         return self
 
 

@@ -330,6 +330,8 @@ def shaping_options(cfg: RunConfig) -> dict[str, Any]:
             long_slots=s.long_slots,
             warmup_steps=s.warmup_steps,
             max_tokens=cfg.rollout.max_tokens,
+            priority=s.priority,
+            tie_beta=s.tie_beta,
         )
     if s.policy in ("sart", "darts+sart"):
         options.update(alpha=s.alpha, beta=s.beta)

@@ -133,7 +133,8 @@ def bench_engine(tiny_model_dir):
     loop = asyncio.new_event_loop()
 
     async def start() -> VllmEngine:
-        engine = VllmEngine(EngineSpec(model=tiny_model_dir, max_model_len=128))
+        spec = EngineSpec(model=tiny_model_dir, max_model_len=128, priority_scheduling=True, max_num_seqs=8)
+        engine = VllmEngine(spec)
         await engine.start()
         return engine
 
@@ -152,13 +153,13 @@ def test_real_small_bench_run(bench_engine, tmp_path):
         prompts=b,
         m_keep=m,
         max_tokens=32,
-        modes=["raw", "plain", "darts"],
+        modes=["raw", "plain", "darts", "darts+tie"],
         out_dir=tmp_path,
         cost_model="cpu_2core_arith_tiny",
     )
     result = loop.run_until_complete(run_rollout_bench_async(cfg, engine))
     runs = {r["mode"]: r for r in result["runs"]}
-    assert set(runs) == {"raw", "plain", "darts"}
+    assert set(runs) == {"raw", "plain", "darts", "darts+tie"}
     for mode, run in runs.items():
         kept = [s for s in run["samples"] if s["fate"] == "kept"]
         assert len(kept) == b * m and run["metrics"]["kept"] == b * m, mode
@@ -175,3 +176,29 @@ def test_real_small_bench_run(bench_engine, tmp_path):
         assert (tmp_path / name).exists(), name
     assert json.loads((tmp_path / "bench_rollout.json").read_text())["summary"]["repeats"] == 1
     assert "speed-up vs plain" in (tmp_path / "bench_rollout.md").read_text()
+
+
+def test_engine_runs_higher_priority_first(bench_engine, encode):
+    """vLLM priority scheduling through the adapter (what TIE modes rely on): with 8 running slots full,
+    a later request of priority 0 goes ahead of 8 earlier queued requests of priority 5. First come, first
+    served would run it in the third wave, after every queued request; by priority it runs in the second."""
+    from rl.rollout.vllm_adapter import RequestTrace, SamplingSpec
+
+    loop, engine = bench_engine
+    sampling = SamplingSpec(max_tokens=40, ignore_eos=True)
+    prompt = encode("1+2=")
+
+    async def scenario() -> dict[str, float]:
+        def run(name: str, priority: int):
+            return asyncio.ensure_future(engine.generate(RequestTrace(f"prio-{name}"), prompt, sampling, priority))
+
+        running = [run(f"run{i}", 5) for i in range(8)]
+        await asyncio.sleep(0.05)
+        queued = [run(f"queued{i}", 5) for i in range(8)]
+        await asyncio.sleep(0.05)
+        urgent = run("urgent", 0)
+        traces = await asyncio.gather(*running, *queued, urgent)
+        return {t.request_id: t.finished for t in traces}
+
+    finished = loop.run_until_complete(scenario())
+    assert finished["prio-urgent"] < max(finished[f"prio-queued{i}"] for i in range(8))

@@ -7,7 +7,8 @@ stops). Every mode first runs an untimed warm-up pass on the same prompts: it gi
 history its budgets need (``warmup_steps=0``) and puts every mode in the same prefix-cache state.
 
 Modes: ``raw`` is the engine ceiling (each prompt is one request with ``n=M``, no shaping); ``plain``,
-``darts``, ``sart`` and ``darts+sart`` are the shaping policies as training runs them (``run_group``).
+``darts``, ``sart`` and ``darts+sart`` are the shaping policies as training runs them (``run_group``);
+``darts+tie`` and ``darts+sart+tie`` add vLLM request priorities from the TIE score (longest predicted first).
 Repeat ``r`` draws its prompts with seed ``seed + r`` and rotates the mode order by ``r``. vLLM requests
 are not seeded (per-request seeds crash the CPU engine): the engine's random stream just continues.
 """
@@ -43,8 +44,9 @@ from rl.types import PromptRow, Sample
 
 log = logging.getLogger("rl.bench")
 
-Mode = Literal["raw", "plain", "darts", "sart", "darts+sart"]
-ALL_MODES: tuple[Mode, ...] = ("raw", "plain", "darts", "sart", "darts+sart")
+Mode = Literal["raw", "plain", "darts", "sart", "darts+sart", "darts+tie", "darts+sart+tie"]
+ALL_MODES: tuple[Mode, ...] = ("raw", "plain", "darts", "sart", "darts+sart", "darts+tie", "darts+sart+tie")
+TIE = "+tie"  # mode suffix: the same policy with TIE-score vLLM priorities (longest predicted first)
 KV_CACHE_CAP = 4 << 30  # CPU: never reserve more host RAM than this for the KV cache
 
 
@@ -96,11 +98,22 @@ class PassResult:
     kept: list[tuple[PromptRow, list[Sample]]]
 
 
+def policy_name(mode: str) -> str:
+    """The shaping policy a mode runs (``darts+tie`` runs ``darts``)."""
+    return mode.removesuffix(TIE)
+
+
 def policy_options(cfg: RolloutBenchConfig, mode: str) -> dict[str, Any]:
     """``make_policy`` keyword arguments for ``mode``, exactly as training derives them from a recipe."""
     from rl.driver import shaping_options
 
-    shaping = cfg.shaping.model_copy(update={"policy": mode, "m_keep": cfg.m_keep, "warmup_steps": 0})
+    update = {
+        "policy": policy_name(mode),
+        "m_keep": cfg.m_keep,
+        "warmup_steps": 0,
+        "priority": "longest_first" if mode.endswith(TIE) else "none",
+    }
+    shaping = cfg.shaping.model_copy(update=update)
     run = RunConfig(shaping=shaping, rollout=RolloutConfig(max_tokens=cfg.max_tokens))
     return shaping_options(run)
 
@@ -143,7 +156,14 @@ class RolloutBench:
         max_len = self.max_model_len()
         n_max = max(cfg.m_keep, round(cfg.shaping.max_redundancy * cfg.m_keep))
         kv = cfg.kv_cache_bytes or kv_cache_size(self.model_dir, max_len, cfg.prompts * n_max)
-        return EngineSpec(model=self.model_dir, max_model_len=max_len, kv_cache_bytes=kv, seed=cfg.seed)
+        priorities = any(m.endswith(TIE) for m in cfg.modes)
+        return EngineSpec(
+            model=self.model_dir,
+            max_model_len=max_len,
+            kv_cache_bytes=kv,
+            seed=cfg.seed,
+            priority_scheduling=priorities,
+        )
 
     def decode(self, tokens: list[int]) -> str:
         return self.encoder.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -152,6 +172,8 @@ class RolloutBench:
         """Every mode of every repeat: warm-up pass, timed pass, reward; one run dict per timed pass."""
         if self.max_model_len() > engine.spec.max_model_len:
             raise ValueError(f"prompts + max_tokens need max_model_len {self.max_model_len()}, engine has less")
+        if any(m.endswith(TIE) for m in self.cfg.modes) and not engine.spec.priority_scheduling:
+            raise ValueError("TIE modes need an engine with priority_scheduling=True")
         pool = None if self.reward_spec == "none" else RewardPool([(self.reward_spec, 1.0)], 0, on_failure="drop")
         runs = []
         try:
@@ -169,7 +191,7 @@ class RolloutBench:
         if mode == "raw":
             timed = await self._passes(lambda tag: self.raw_pass(engine, batch, tag))
         else:
-            policy = make_policy(mode, **policy_options(self.cfg, mode))
+            policy = make_policy(policy_name(mode), **policy_options(self.cfg, mode))
             timed = await self._passes(lambda tag: self.shaped_pass(engine, policy, mode, batch, tag))
         rewards = await self.score(pool, timed.kept)
         metrics = pass_metrics(timed.records, timed.seconds, timed.counts, rewards)
