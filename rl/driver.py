@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ray.exceptions import RayActorError
 from tqdm import tqdm
 
 from rl.actors import start_buffer, start_ray, start_rollout_workers, start_trainers
@@ -36,11 +38,16 @@ from rl.weight_channel import make_weight_channel
 log = logging.getLogger("rl.driver")
 
 
+class RunStopped(Exception):
+    """The run is stopping (e.g. no rollout worker left) while the trainer waits for data."""
+
+
 @dataclass
 class RunCounters:
     """Things that happen outside any one step, counted for the run summary."""
 
     rollout_errors: int = 0
+    dead_workers: int = 0
     zero_variance_admitted: int = 0  # dynamic sampling's cap was hit: trained on anyway
     dropped_groups: dict[str, int] = field(default_factory=dict)
     reward_failures: dict[str, int] = field(default_factory=dict)
@@ -80,10 +87,11 @@ class Driver:
             cfg.reward.on_failure,
         )
         self.workers = start_rollout_workers(cfg, self.model_dir)
+        self.live = list(self.workers)  # rollout workers still answering; a dead one is removed, the run goes on
         self.trainers = start_trainers(cfg, self.model_dir)
         self.buffer = start_buffer(cfg)
         self.channel = make_weight_channel(
-            cfg.weight_sync.transport, self.trainers[0], self.workers, cfg.rollout.partial_rollouts == "resubmit"
+            cfg.weight_sync.transport, self.trainers[0], self.live, cfg.rollout.partial_rollouts == "resubmit"
         )
         self.logger = MetricsLogger(cfg.run_dir)
         try:
@@ -97,7 +105,7 @@ class Driver:
             rollouts.cancel()
             await asyncio.gather(rollouts, return_exceptions=True)
             train_seconds = time.monotonic() - t0
-            after = await self._evaluate("after")
+            after = await self._evaluate("after") if self.live else {"accuracy": math.nan}
             checkpoint = (
                 await self.trainers[0].save.remote(str(cfg.run_dir / "checkpoint"))
                 if cfg.train.save_checkpoint
@@ -112,6 +120,7 @@ class Driver:
                 "engine_startup_s": max(s["startup_s"] for s in stats),
                 "buffer": await self.buffer.stats.remote(),
                 "rollout_errors": self.counters.rollout_errors,
+                "dead_workers": self.counters.dead_workers,
                 "zero_variance_admitted": self.counters.zero_variance_admitted,
                 "dropped_groups": self.counters.dropped_groups,
                 "reward_failures": self.counters.reward_failures,
@@ -135,12 +144,12 @@ class Driver:
         """Plan prompts a batch at a time; start each group as soon as admission allows."""
         rng = random.Random(self.cfg.seed)
         in_flight: set[asyncio.Task] = set()
-        worker_cycle = itertools.cycle(self.workers)
+        turns = itertools.count()
         for chunk in _epochs(self.train_rows, self.cfg.train.batch_groups, rng):
             plans = self.policy.plan([row.prompt_id for row in chunk])
             for row, plan in zip(chunk, plans, strict=True):
                 await self.admission.acquire()
-                task = asyncio.create_task(self.produce_group(next(worker_cycle), row, plan))
+                task = asyncio.create_task(self.produce_group(self.live[next(turns) % len(self.live)], row, plan))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
 
@@ -167,11 +176,23 @@ class Driver:
         except Exception as e:  # a dead worker or a failed call: count it, free the slot, go on
             self.counters.rollout_errors += 1
             log.error("group %s failed: %s", row.prompt_id, e)
+            if isinstance(e, RayActorError):
+                self._lost(worker)
             if self.counters.rollout_errors > 10 * self.cfg.train.batch_groups:
                 log.error("too many rollout errors; stopping")
                 self.stopping.set()
         finally:
             await self.admission.finish(accepted)
+
+    def _lost(self, worker: Any) -> None:
+        """A rollout worker died: route new groups to the others; with none left, stop the run cleanly."""
+        if worker in self.live:
+            self.live.remove(worker)
+            self.counters.dead_workers += 1
+            log.error("a rollout worker died; %d left", len(self.live))
+        if not self.live:
+            log.error("no rollout worker left; stopping")
+            self.stopping.set()
 
     async def _score(self, row: PromptRow, prompt_tokens: list[int], result: Any) -> Group | None:
         samples = result.samples
@@ -230,7 +251,11 @@ class Driver:
             if self.stopping.is_set():
                 log.error("stopping early at step %d", step)
                 break
-            groups, results = await (self._streamed_step() if cfg.periodic_async else self._batch_step())
+            try:
+                groups, results = await (self._streamed_step() if cfg.periodic_async else self._batch_step())
+            except RunStopped:
+                log.error("stopping early at step %d: no more rollouts are coming", step)
+                break
             buffer_stats = await self.buffer.stats.remote()
             await self.admission.forget(buffer_stats.get("dropped_stale", 0) - self.admission.forgotten)
             batch_stats = summarize_groups(groups, self.version)
@@ -248,6 +273,8 @@ class Driver:
             self.zero_variance_this_step = 0
             if step % cfg.sync_every == 0:
                 report = await self.channel.send(self.version)
+                for worker in report.dead:
+                    self._lost(worker)
                 await self.admission.set_trainer_version(self.version)
                 metrics["weight_sync_s"] = report.seconds
             now = time.monotonic()
@@ -267,7 +294,7 @@ class Driver:
 
     async def _batch_step(self) -> tuple[list[Group], list[dict[str, float]]]:
         """Take a whole batch, compute its advantages, one ``train_step`` per data-parallel rank."""
-        groups = await self.buffer.get_batch.remote(self.cfg.train.batch_groups, self.version)
+        groups = await self._unless_stopping(self.buffer.get_batch.remote(self.cfg.train.batch_groups, self.version))
         assign_advantages(self.cfg.algorithm.advantage, groups)
         shards = [groups[r :: len(self.trainers)] for r in range(len(self.trainers))]
         results = await asyncio.gather(
@@ -284,7 +311,7 @@ class Driver:
         groups: list[Group] = []
         pending = []
         for i in range(self.cfg.train.batch_groups):
-            group = (await self.buffer.get_batch.remote(1, self.version))[0]
+            group = (await self._unless_stopping(self.buffer.get_batch.remote(1, self.version)))[0]
             assign_advantages(self.cfg.algorithm.advantage, [group])  # group-local estimators only (config check)
             groups.append(group)
             pending.append(self.trainers[i % len(self.trainers)].accumulate.remote([group]))
@@ -292,8 +319,18 @@ class Driver:
         results = await asyncio.gather(*[t.finish_step.remote() for t in self.trainers])
         return groups, results
 
+    async def _unless_stopping(self, ref: Any) -> Any:
+        """Await ``ref``, unless the run is stopping first (then raise ``RunStopped``)."""
+        get, stop = asyncio.ensure_future(ref), asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({get, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if get.done():
+            return get.result()
+        get.cancel()
+        raise RunStopped
+
     async def _evaluate(self, tag: str) -> dict[str, float]:
-        metrics = await evaluate(self.test_rows, self.workers, self.encoder, self.rewards, self.eval_sampling, tag)
+        metrics = await evaluate(self.test_rows, self.live, self.encoder, self.rewards, self.eval_sampling, tag)
         self.logger.log(self.version, metrics, kind="eval")
         print(
             f"[eval {tag}] step {self.version}: held-out accuracy {metrics['accuracy']:.3f} "

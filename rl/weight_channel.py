@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from ray.exceptions import RayActorError
 
 
 @dataclass
 class SyncReport:
     version: int
     seconds: float  # wall time of the whole sync, trainer side included
-    engine_seconds: list[float]  # per engine: pause -> load -> resume
+    engine_seconds: list[float]  # per live engine: pause -> load -> resume
+    dead: list[Any] = field(default_factory=list)  # rollout workers that died (their actor is gone)
 
 
 class WeightChannel(Protocol):
@@ -39,10 +42,16 @@ class CpuWeightChannel:
     async def send(self, version: int) -> SyncReport:
         t0 = time.monotonic()
         blob_ref = self.trainer.weights_for_sync.remote()  # stays in the object store; workers fetch it
-        engine_seconds = await asyncio.gather(
-            *[w.load_weights.remote(blob_ref, version, self.interrupt) for w in self.rollout_workers]
+        workers = list(self.rollout_workers)
+        results = await asyncio.gather(
+            *[w.load_weights.remote(blob_ref, version, self.interrupt) for w in workers], return_exceptions=True
         )
-        return SyncReport(version, time.monotonic() - t0, list(engine_seconds))
+        dead = [w for w, r in zip(workers, results, strict=True) if isinstance(r, RayActorError)]
+        failed = [r for r in results if isinstance(r, BaseException) and not isinstance(r, RayActorError)]
+        if failed:
+            raise failed[0]
+        seconds = [float(r) for r in results if not isinstance(r, BaseException)]
+        return SyncReport(version, time.monotonic() - t0, seconds, dead)
 
 
 def make_weight_channel(
