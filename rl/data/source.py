@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from rl.config import DataConfig
 from rl.data.arith import make_split
-from rl.data.loaders import load_rows
+from rl.data.loaders import build_prompt, load_rows
 from rl.types import PromptRow
 
 log = logging.getLogger("rl.data")
@@ -16,7 +17,7 @@ def dataset_rows(cfg: DataConfig, split: str) -> list[PromptRow]:
     """Rows of ``split`` (the config's train or test split name) for the configured source."""
     if cfg.source == "arith":
         rows = make_split(cfg.arith, "test" if split == cfg.test_split else "train")
-        return rows[: cfg.limit] if cfg.limit else rows
+        return [_framed(row, cfg) for row in (rows[: cfg.limit] if cfg.limit else rows)]
     result = load_rows(
         cfg.source,
         split=split,
@@ -30,3 +31,14 @@ def dataset_rows(cfg: DataConfig, split: str) -> list[PromptRow]:
     if result.skipped:
         log.warning("%s[%s]: skipped rows %s", cfg.source, split, result.skipped)
     return result.rows
+
+
+def _framed(row: PromptRow, cfg: DataConfig) -> PromptRow:
+    """A procedural row under the recipe's template, chat and system prompt (the defaults leave it as it is)."""
+    if cfg.system_prompt is not None and not cfg.chat:
+        raise ValueError("data.system_prompt needs data.chat=true")
+    try:
+        prompt = build_prompt(row.prompt, row.columns, cfg.template, cfg.system_prompt, cfg.chat)
+    except ValueError as e:
+        raise ValueError(f"data.template {cfg.template!r} does not fit arith rows ({e}); use {{prompt}}") from e
+    return dataclasses.replace(row, prompt=prompt)

@@ -1,0 +1,157 @@
+"""``rl eval``: a model or a training checkpoint on a dataset split, k samples per problem, one in-process engine.
+
+The dataset's framing (template, chat, system prompt), rewards and engine sizes come from a recipe: the one
+named, else the one ``recipe_for_dataset`` picks for the dataset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rl.config import RunConfig
+from rl.data.source import dataset_rows
+from rl.evaluation import ProblemRecord, sample_and_score, summarize
+from rl.models import BUILTIN_PREFIX, resolve_model
+from rl.prompting import PromptEncoder
+from rl.rewards.pool import RewardPool
+from rl.rollout.vllm_adapter import EngineSpec, SamplingSpec
+
+DATASET_RECIPES = {"arith": "arith_tiny", "gsm8k": "gsm8k_qwen2.5-0.5b"}
+DEFAULT_RECIPE = "math_qwen2.5-1.5b"  # chat prompt asking for \boxed{}, math-verify accuracy
+
+
+def recipe_for_dataset(dataset: str) -> str:
+    """The bundled recipe whose data framing and rewards suit ``dataset`` (math ones for anything unknown)."""
+    return DATASET_RECIPES.get(dataset, DEFAULT_RECIPE)
+
+
+def resolve_eval_model(name: str) -> str:
+    """A local model directory for ``builtin:NAME``, an HF directory, or a run directory holding ``checkpoint/``.
+
+    Anything else is returned as it is (a hub name, for users with hub access).
+    """
+    if name.startswith(BUILTIN_PREFIX):
+        return resolve_model(name)
+    path = Path(name)
+    if (path / "config.json").exists():
+        return str(path)
+    if (path / "checkpoint" / "config.json").exists():
+        return str(path / "checkpoint")
+    if path.exists():
+        raise ValueError(f"{name}: neither an HF model directory nor a run directory with checkpoint/")
+    return name
+
+
+@dataclass
+class EvalSettings:
+    """What ``rl eval`` was asked for, beside the recipe."""
+
+    model: str
+    dataset: str
+    recipe: str
+    split: str = "test"
+    samples: int = 1
+    limit: int | None = None  # the first N problems of the split
+    max_tokens: int | None = None  # None: the recipe's rollout.max_tokens
+    temperature: float | None = None  # None: eval.temperature for one sample, rollout.temperature for more
+    cpu_threads_bind: str | None = None
+
+
+@dataclass
+class EvalReport:
+    settings: dict[str, Any]
+    metrics: dict[str, float]
+    problems: list[ProblemRecord] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"settings": self.settings, "metrics": self.metrics, "problems": [asdict(p) for p in self.problems]},
+            indent=1,
+        )
+
+    def table(self) -> str:
+        """The settings line and one metric per row."""
+        s = self.settings
+        head = (
+            f"{s['model']} on {s['dataset']}[{s['split']}] (recipe {s['recipe']}): {int(self.metrics['num_problems'])} "
+            f"problems x {s['samples']} samples, temperature {s['temperature']}, max_tokens {s['max_tokens']}"
+        )
+        width = max(map(len, self.metrics))
+        rows = [f"  {k:<{width}}  {v:.4g}" for k, v in self.metrics.items()]
+        return "\n".join([head, *rows])
+
+
+def run_eval(cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None = None) -> EvalReport:
+    """Evaluate ``settings.model`` on ``cfg.data`` (split ``settings.split``).
+
+    With ``workers`` (rollout-worker handles already serving that model) no engine is started; otherwise
+    one in-process vLLM engine is built for the run and shut down after it.
+    """
+    return asyncio.run(_run(cfg, settings, workers))
+
+
+async def _run(cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None) -> EvalReport:
+    model_dir = resolve_eval_model(settings.model)
+    data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
+    rows = dataset_rows(data, settings.split)
+    if not rows:
+        raise ValueError(f"dataset {data.source!r} split {settings.split!r} has no rows")
+    encoder = PromptEncoder(model_dir)
+    max_tokens = settings.max_tokens or cfg.rollout.max_tokens
+    temperature = settings.temperature
+    if temperature is None:
+        temperature = cfg.eval.temperature if settings.samples == 1 else cfg.rollout.temperature
+    sampling = SamplingSpec(max_tokens, temperature)
+    longest_prompt = max(len(encoder.encode(r.prompt)) for r in rows)
+    t0 = time.monotonic()
+    own = None
+    if workers is None:
+        from rl.rollout.local_worker import LocalRolloutWorker
+
+        spec = _engine_spec(cfg, model_dir, longest_prompt + max_tokens)
+        own = await LocalRolloutWorker.start(spec, settings.cpu_threads_bind)
+        workers = [own]
+    startup_s = time.monotonic() - t0
+    rewards = RewardPool(
+        [(f.fn, f.weight) for f in cfg.reward.functions],
+        cfg.reward.num_workers,
+        cfg.reward.timeout_s,
+        cfg.reward.on_failure,
+    )
+    try:
+        t1 = time.monotonic()
+        records = await sample_and_score(rows, workers, encoder, rewards, sampling, "cli", settings.samples)
+        seconds = time.monotonic() - t1
+    finally:
+        rewards.close()
+        if own is not None:
+            own.shutdown()
+    resolved = {
+        **asdict(settings),
+        "model_dir": model_dir,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "rewards": [f"{f.fn}*{f.weight:g}" for f in cfg.reward.functions],
+        "engine_startup_s": startup_s,
+        "eval_seconds": seconds,
+    }
+    return EvalReport(resolved, summarize(records), records)
+
+
+def _engine_spec(cfg: RunConfig, model_dir: str, needed_len: int) -> EngineSpec:
+    r = cfg.rollout
+    return EngineSpec(
+        model=model_dir,
+        dtype=cfg.model.dtype,
+        max_model_len=max(r.max_model_len, needed_len),
+        kv_cache_bytes=r.kv_cache_bytes,
+        gpu_memory_utilization=r.gpu_memory_utilization,
+        enforce_eager=r.enforce_eager,
+        seed=r.seed,
+        max_num_seqs=r.max_num_seqs,
+    )

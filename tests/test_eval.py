@@ -1,0 +1,120 @@
+"""rl eval: the pass@k estimator, the summary, model resolution, and k samples per problem on the warm engine."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from rl.cli import recipe_path
+from rl.config import load_config
+from rl.evaluation import ProblemRecord, k_values, pass_at_k, summarize
+from rl.offline_eval import EvalSettings, recipe_for_dataset, resolve_eval_model, run_eval
+from rl.rewards.math import arith_exact
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (4, 1, 1, 0.25),
+        (4, 1, 2, 0.5),  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+        (4, 2, 2, 5 / 6),  # 1 - C(2,2)/C(4,2) = 1 - 1/6
+        (10, 3, 5, 11 / 12),  # 1 - C(7,5)/C(10,5) = 1 - 21/252
+        (5, 0, 3, 0.0),
+        (5, 3, 3, 1.0),  # fewer than k wrong samples: some k-subset always holds a correct one
+        (8, 8, 1, 1.0),
+    ],
+)
+def test_pass_at_k_hand_values(n, c, k, expected):
+    assert math.isclose(pass_at_k(n, c, k), expected, rel_tol=1e-12)
+
+
+def test_pass_at_1_is_the_fraction_correct_and_bad_arguments_raise():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            assert math.isclose(pass_at_k(n, c, 1), c / n)
+    for n, c, k in [(4, 5, 1), (4, 1, 0), (4, 1, 5), (4, -1, 1)]:
+        with pytest.raises(ValueError):
+            pass_at_k(n, c, k)
+
+
+def test_k_values():
+    assert k_values(1) == [1]
+    assert k_values(4) == [1, 2, 4]
+    assert k_values(6) == [1, 2, 4, 6]
+    assert k_values(16) == [1, 2, 4, 8, 16]
+
+
+def _record(pid: str, correct: list[bool], lengths: list[int], reasons: list[str]) -> ProblemRecord:
+    return ProblemRecord(pid, "1", [float(c) + 0.1 for c in correct], correct, lengths, reasons, "")
+
+
+def test_summarize_by_hand():
+    records = [
+        _record("a", [True, False, False, False], [10, 20, 30, 40], ["stop", "stop", "stop", "length"]),
+        _record("b", [False] * 4, [5, 5, 5, 5], ["stop"] * 4),
+        _record("c", [True, True, False, True], [1, 2, 3, 4], ["stop"] * 4),
+    ]
+    m = summarize(records)
+    assert set(k for k in m if k.startswith("pass@")) == {"pass@1", "pass@2", "pass@4"}
+    assert math.isclose(m["accuracy"], (0.25 + 0 + 0.75) / 3)
+    assert math.isclose(m["pass@1"], m["accuracy"])
+    assert math.isclose(m["pass@2"], (0.5 + 0 + 1.0) / 3)  # c: 1 - C(1,2)/C(4,2) = 1
+    assert math.isclose(m["pass@4"], 2 / 3)
+    assert math.isclose(m["reward_mean"], 4 / 12 + 0.1)
+    assert math.isclose(m["truncated_frac"], 1 / 12)
+    assert m["response_len_mean"] == pytest.approx(130 / 12)
+    assert m["response_len_max"] == 40 and m["num_problems"] == 3 and m["samples_per_problem"] == 4
+
+
+def test_resolve_eval_model(tmp_path, tiny_model_dir):
+    assert resolve_eval_model("builtin:arith-tiny") == tiny_model_dir
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    assert resolve_eval_model(str(hf)) == str(hf)
+    run = tmp_path / "runs" / "demo"
+    (run / "checkpoint").mkdir(parents=True)
+    (run / "checkpoint" / "config.json").write_text("{}")
+    assert resolve_eval_model(str(run)) == str(run / "checkpoint")  # a run directory: its checkpoint
+    with pytest.raises(ValueError, match="neither"):
+        resolve_eval_model(str(tmp_path))
+    assert resolve_eval_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"  # hub names pass
+
+
+def test_every_default_recipe_exists():
+    for dataset in ("arith", "gsm8k", "math500", "some/local.jsonl"):
+        assert recipe_path(recipe_for_dataset(dataset)).exists()
+
+
+def test_eval_arith_tiny_four_samples_on_the_warm_engine(rollout_worker, tiny_model_dir):
+    """``rl eval builtin:arith-tiny --dataset arith --samples 4 --limit 32``, on the session's engine."""
+    cfg = load_config(recipe_path(recipe_for_dataset("arith")))
+    settings = EvalSettings(model="builtin:arith-tiny", dataset="arith", recipe="arith_tiny", samples=4, limit=32)
+    report = run_eval(cfg, settings, workers=[rollout_worker])
+    m, problems = report.metrics, report.problems
+
+    assert report.settings["model_dir"] == tiny_model_dir
+    assert report.settings["temperature"] == cfg.rollout.temperature  # several samples: the rollout temperature
+    assert len(problems) == 32 and all(len(p.rewards) == 4 for p in problems)
+    assert len({p.prompt_id for p in problems}) == 32
+
+    passes = [m[f"pass@{k}"] for k in (1, 2, 4)]
+    assert all(0.0 <= p <= 1.0 for p in passes)
+    assert passes == sorted(passes), f"pass@k must not fall with k: {passes}"
+    rewards = np.array([p.rewards for p in problems])
+    assert m["pass@1"] == pytest.approx(np.mean(rewards > 0))  # one reward, arith_exact: correct = reward > 0
+    assert m["pass@4"] == pytest.approx(np.mean((rewards > 0).any(axis=1)))  # pass@n: any sample correct
+    assert m["reward_mean"] == pytest.approx(rewards.mean())
+    # the texts were scored against their own problem's answer
+    texts = [p.first_text for p in problems]
+    assert arith_exact(None, texts, [p.answer for p in problems]) == list(rewards[:, 0])
+
+    lengths = [n for p in problems for n in p.lengths]
+    assert min(lengths) > 0 and max(lengths) <= cfg.rollout.max_tokens
+    assert m["response_len_p50"] <= m["response_len_p90"] <= m["response_len_p99"] <= m["response_len_max"]
+    assert m["truncated_frac"] == pytest.approx(np.mean([r == "length" for p in problems for r in p.finish_reasons]))
+
+    saved = json.loads(report.to_json())
+    assert saved["metrics"] == m and len(saved["problems"]) == 32
+    assert "pass@4" in report.table()
