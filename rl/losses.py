@@ -4,7 +4,8 @@ Three policies meet per token: the current one (``logprobs``, differentiated), t
 clip, and the behaviour one that sampled the response (e.g. vLLM's log-probs). Decoupled PPO (Hilton et al. 2021,
 arXiv 2110.00641; papers.md §4.4) factors ``pi / pi_behav`` into the clipped ratio ``r = pi / pi_prox`` and the
 detached correction weight ``w = pi_prox / pi_behav``, which is truncated (TIS) or masked (MIS) at ``correction_cap``.
-Without a proximal policy it is classic coupled PPO: ``r = pi / pi_behav`` and ``w = 1``.
+Without a proximal policy, or with ``decoupled=False``, it is classic coupled PPO: ``r = pi / pi_behav`` and ``w = 1``;
+the trainer's log-probs, when given, still feed the diagnostics (log-prob gap, importance weights, ESS).
 
 Aggregation contract, for gradient accumulation over micro-batches and data-parallel ranks: ``LossOutput.loss`` is
 the unnormalized sum over this call's units and ``LossOutput.units`` counts them; the caller backpropagates the sum
@@ -77,6 +78,8 @@ class LossSpec:
             raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.agg == "seq-mean-token-sum-norm" and (self.norm_len is None or self.norm_len <= 0):
             raise ValueError("agg 'seq-mean-token-sum-norm' needs a positive norm_len")
+        if self.correction != "none" and not self.decoupled:
+            raise ValueError(f"correction {self.correction!r} weights by pi_prox / pi_behav: it needs decoupled=True")
         if self.correction_cap < 1.0:
             raise ValueError(f"correction_cap must be >= 1, got {self.correction_cap}")
 
@@ -115,15 +118,17 @@ def policy_loss(
     dtype = torch.promote_types(logprobs.dtype, torch.float32)  # at least float32 for the arithmetic
     logp = torch.where(m, logprobs, 0.0).to(dtype)
     behav = torch.where(m, behaviour_logprobs.detach(), 0.0).to(dtype)
+    # the trainer's log-probs of the sampled tokens: the clip anchor when decoupled, diagnostics either way
+    trainer = torch.where(m, proximal_logprobs.detach(), 0.0).to(dtype) if proximal_logprobs is not None else behav
     decoupled = spec.decoupled and proximal_logprobs is not None
-    prox = torch.where(m, proximal_logprobs.detach(), 0.0).to(dtype) if decoupled else behav
+    prox = trainer if decoupled else behav
     adv = advantages.detach().to(dtype).unsqueeze(-1)
     n_tok = m.sum(-1)
     has = n_tok > 0
 
-    w_tok = token_weights(prox, behav)
-    w_seq = sequence_weights(prox, behav, m)
-    weight, masked_tokens, masked_units = _correction(spec, w_tok, w_seq, m)
+    w_tok = token_weights(trainer, behav)
+    w_seq = sequence_weights(trainer, behav, m)
+    weight, masked_tokens, masked_units = _correction(spec, w_tok, w_seq, m)  # correction is "none" when coupled
 
     log_ratio = logp - prox
     if spec.kind == "ppo":
@@ -170,7 +175,7 @@ def policy_loss(
             "seq_w_sq_sum": (w_seq_h * w_seq_h).sum(),
             "masked_units": masked_units.double(),
             "masked_tokens": masked_tokens.double(),
-            "logprob_gap_abs_sum": ((prox.double() - behav.double()).abs() * fm).sum(),
+            "logprob_gap_abs_sum": ((trainer.double() - behav.double()).abs() * fm).sum(),
             "kl_ref_sum": (kl.detach().double() * fm).sum() if kl is not None else fm.new_zeros(()),
             "entropy_sum": (ent.detach().double() * fm).sum() if ent is not None else fm.new_zeros(()),
             "units": units.double(),

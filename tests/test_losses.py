@@ -178,7 +178,12 @@ def test_decoupled_splits_ratio_and_weight():
     a, m = _t([1.0]), _t([[1.0]])
     # coupled: r = 1.5/1 -> clipped to 1.28
     assert policy_loss(logp, behav, a, m, LossSpec()).loss.item() == pytest.approx(-1.28)
-    assert policy_loss(logp, behav, a, m, LossSpec(decoupled=False), prox).loss.item() == pytest.approx(-1.28)
+    coupled = policy_loss(logp, behav, a, m, LossSpec(decoupled=False), prox)
+    assert coupled.loss.item() == pytest.approx(-1.28)
+    assert coupled.stats["logprob_gap_abs_sum"] == pytest.approx(L(1.25))  # diagnostics still see the gap
+    assert coupled.stats["is_weight_sum"] == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="needs decoupled=True"):
+        LossSpec(decoupled=False, correction="tis-token")
     # decoupled: r = 1.5/1.25 = 1.2 (inside the clip); correction none ignores w = 1.25
     assert policy_loss(logp, behav, a, m, LossSpec(), prox).loss.item() == pytest.approx(-1.2)
     # tis-token: w = min(1.25, 2) -> -1.25 * 1.2 = -1.5
