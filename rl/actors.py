@@ -1,4 +1,4 @@
-"""Starting Ray and the actors of a run: rollout workers, trainer workers, the trajectory buffer."""
+"""Starting Ray and the actors of a run: rollout workers, trainer workers, the trajectory buffer, SART's scorer."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Any
 from rl.buffer import TrajectoryBuffer
 from rl.config import RunConfig
 from rl.losses import LossSpec
+from rl.models import resolve_model
+from rl.rollout.scorer_worker import ScorerSpec, remote_scorer_worker
 from rl.rollout.vllm_adapter import EngineSpec
 from rl.rollout.worker import remote_rollout_worker
 from rl.trainer.worker import TrainerSpec, TrainerWorker
@@ -23,7 +25,7 @@ def start_ray(cfg: RunConfig) -> bool:
     if cfg.ray.address:
         ray.init(address=cfg.ray.address, log_to_driver=True)
         return True
-    needed = cfg.rollout.num_workers + cfg.train.num_workers
+    needed = cfg.rollout.num_workers + cfg.train.num_workers + int(cfg.shaping.scorer_worker)
     ray.init(
         num_cpus=max(cfg.ray.num_cpus or 0, needed, os.cpu_count() or 1),
         include_dashboard=False,
@@ -87,6 +89,18 @@ def loss_spec(cfg: RunConfig) -> LossSpec:
         correction_cap=a.correction_cap,
         decoupled=a.decoupled,
     )
+
+
+def start_scorer(cfg: RunConfig, model_dir: str) -> Any:
+    """SART's scorer worker on ``shaping.scorer_model``, or on the policy's initial weights (``model_dir``)."""
+    s = cfg.shaping
+    spec = ScorerSpec(
+        kind=s.scorer,
+        model=resolve_model(s.scorer_model) if s.scorer_model else model_dir,
+        device="cuda" if s.scorer_gpus > 0 else "cpu",
+        dtype=cfg.model.dtype,
+    )
+    return remote_scorer_worker(num_cpus=1, num_gpus=s.scorer_gpus).remote(spec)
 
 
 def start_buffer(cfg: RunConfig) -> Any:

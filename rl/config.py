@@ -63,6 +63,9 @@ class RolloutConfig(Strict):
     seed: int = 0
 
 
+MODEL_SCORERS = ("lm-confidence", "reward-model")  # served by a separate scorer worker (rl.rollout.scorer_worker)
+
+
 class ShapingConfig(Strict):
     policy: Literal["plain", "darts", "sart", "darts+sart"] = "plain"
     m_keep: int = Field(default=8, ge=2)
@@ -77,6 +80,12 @@ class ShapingConfig(Strict):
     # longest_first shortens the batch's makespan, shortest_first its mean latency
     priority: Literal["none", "longest_first", "shortest_first"] = "none"
     tie_beta: float = Field(default=0.1, ge=0, le=1)  # TIE's tail weight
+    # SART's scorer: the built-in repetition heuristic, a model in a scorer worker (lm-confidence: mean token
+    # log-prob of the partial response; reward-model: a one-label sequence-classification reward model), or none
+    # (early stop only). alpha is on the scorer's scale: repetition in [0, 1], lm-confidence <= 0, a RM's logit
+    scorer: Literal["repetition", "lm-confidence", "reward-model", "none"] = "repetition"
+    scorer_model: str | None = None  # lm-confidence: None = the policy's initial weights; reward-model: required
+    scorer_gpus: float = Field(default=0.0, ge=0)  # GPUs for the scorer worker (a fraction shares one); 0 = CPU
 
     @model_validator(mode="after")
     def _bounds(self) -> ShapingConfig:
@@ -88,7 +97,28 @@ class ShapingConfig(Strict):
             raise ValueError(f"long_slots ({self.long_slots}) must be < m_keep ({self.m_keep})")
         if self.priority != "none" and "darts" not in self.policy:
             raise ValueError(f"priority {self.priority!r} needs a DARTS policy (its length model), not {self.policy!r}")
+        self._check_scorer()
         return self
+
+    def _check_scorer(self) -> None:
+        if self.scorer in MODEL_SCORERS and "sart" not in self.policy:
+            raise ValueError(f"scorer {self.scorer!r} needs a SART policy (it scores for pruning), not {self.policy!r}")
+        if self.policy == "darts+sart" and self.scorer == "none":
+            raise ValueError("darts+sart needs a scorer; use policy 'darts' for no pruning")
+        if self.scorer_model is not None and self.scorer not in MODEL_SCORERS:
+            raise ValueError(f"scorer_model is for the model scorers {MODEL_SCORERS}, not scorer {self.scorer!r}")
+        if self.scorer == "reward-model" and self.scorer_model is None:
+            raise ValueError("scorer 'reward-model' needs scorer_model (a local directory or a hub name)")
+        if self.scorer == "lm-confidence" and self.alpha > 0:
+            raise ValueError(
+                f"scorer 'lm-confidence' scores are mean log-probs (<= 0), so alpha ({self.alpha}) > 0 would prune "
+                f"every sample beta allows; set alpha <= 0 (e.g. -2.0)"
+            )
+
+    @property
+    def scorer_worker(self) -> bool:
+        """Whether SART's scores come from a separate scorer worker (a model scorer; validation ties it to SART)."""
+        return self.scorer in MODEL_SCORERS
 
 
 class TrainConfig(Strict):

@@ -20,7 +20,7 @@ from typing import Any
 from ray.exceptions import RayActorError
 from tqdm import tqdm
 
-from rl.actors import start_buffer, start_ray, start_rollout_workers, start_trainers
+from rl.actors import start_buffer, start_ray, start_rollout_workers, start_scorer, start_trainers
 from rl.admission import AdmissionControl
 from rl.advantages import compute_advantages
 from rl.config import RunConfig
@@ -30,6 +30,7 @@ from rl.metrics import MetricsLogger, summarize_groups
 from rl.models import resolve_model
 from rl.prompting import PromptEncoder
 from rl.rewards.pool import RewardPool
+from rl.rollout.scorer_worker import ScorerClient
 from rl.rollout.vllm_adapter import SamplingSpec
 from rl.shaping.factory import make_policy
 from rl.types import Group, PromptRow
@@ -88,6 +89,7 @@ class Driver:
         )
         self.workers = start_rollout_workers(cfg, self.model_dir)
         self.live = list(self.workers)  # rollout workers still answering; a dead one is removed, the run goes on
+        self.scorer = start_scorer(cfg, self.model_dir) if cfg.shaping.scorer_worker else None
         self.trainers = start_trainers(cfg, self.model_dir)
         self.buffer = start_buffer(cfg)
         self.channel = make_weight_channel(
@@ -98,6 +100,8 @@ class Driver:
             t0 = time.monotonic()
             stats = await asyncio.gather(*[w.stats.remote() for w in self.workers])
             log.info("rollout engines up in %.1f s", max(s["startup_s"] for s in stats))
+            if self.scorer:
+                log.info("scorer worker up in %.1f s", (await self.scorer.stats.remote())["startup_s"])
             before = await self._evaluate("before")
             rollouts = asyncio.create_task(self.continuous_rollouts())
             await self.continuous_training()
@@ -135,7 +139,7 @@ class Driver:
             self.logger.close()
             self.rewards.close()
             await asyncio.gather(*[w.shutdown.remote() for w in self.workers], return_exceptions=True)
-            for actor in [*self.workers, *self.trainers, self.buffer]:
+            for actor in [*self.workers, *self.trainers, self.buffer, *([self.scorer] if self.scorer else [])]:
                 ray.kill(actor)
             if owns_ray:
                 ray.shutdown()
@@ -164,6 +168,7 @@ class Driver:
                 self.sampling,
                 self.policy.controller(plan),
                 self.progress_every_s,
+                ScorerClient(self.scorer, row.prompt) if self.scorer else None,
             )
             group = await self._score(row, prompt_tokens, result)
             if group is not None:
@@ -218,6 +223,7 @@ class Driver:
             "generated_tokens": result.generated_tokens,
             "resubmitted": result.resubmits,
             "seconds": result.seconds,
+            **({"scored_texts": result.scored, "score_failures": result.score_failures} if self.scorer else {}),
         }
         return Group(
             prompt=row,
@@ -371,7 +377,7 @@ def shaping_options(cfg: RunConfig) -> dict[str, Any]:
             tie_beta=s.tie_beta,
         )
     if s.policy in ("sart", "darts+sart"):
-        options.update(alpha=s.alpha, beta=s.beta)
+        options.update(alpha=s.alpha, beta=s.beta, scorer="external" if s.scorer_worker else s.scorer)
     if s.policy == "sart":
         options["redundancy"] = s.avg_redundancy
     return options

@@ -48,6 +48,9 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
     }
     for key in ("launched", "aborted", "discarded", "pruned", "shortfall", "resubmitted"):
         out[f"samples_{key}"] = float(sum(g.stats.get(key, 0) for g in groups))
+    for key in ("scored_texts", "score_failures"):  # SART's scorer worker, when the run has one
+        if any(key in g.stats for g in groups):
+            out[key] = float(sum(g.stats.get(key, 0) for g in groups))
     for k in range(int(max(stale)) + 1):
         out[f"staleness_hist_{k}"] = float(sum(s == k for s in stale))
     budgets = Counter(int(g.stats["launched"]) for g in groups if "launched" in g.stats)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from rl.rollout.group_runner import GroupResult, run_group
+from rl.rollout.group_runner import GroupResult, ScoreFn, run_group
 from rl.rollout.vllm_adapter import EngineSpec, SamplingSpec, VllmEngine, configure_cpu_threads
 from rl.shaping.policy import GroupController
 
@@ -37,8 +37,12 @@ class RolloutWorker:
         sampling: SamplingSpec,
         controller: GroupController,
         progress_every_s: float = 0.0,
+        score_texts: ScoreFn | None = None,
     ) -> GroupResult:
-        """Sample one group under ``controller``; returns kept samples (decoded) and group stats."""
+        """Sample one group under ``controller``; returns kept samples (decoded) and group stats.
+
+        ``score_texts`` (a ``ScorerClient``) scores the samples in a scorer worker for pruning.
+        """
         return await run_group(
             self.engine,
             group_id,
@@ -47,6 +51,7 @@ class RolloutWorker:
             controller,
             decode=self._decode,
             progress_every_s=progress_every_s,
+            score_texts=score_texts,
         )
 
     async def load_weights(self, blob: bytes, version: int, interrupt: bool = False) -> float:

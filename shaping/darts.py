@@ -53,6 +53,11 @@ class DartsController:
         """Whether the kept set is final."""
         return self._final is not None
 
+    @property
+    def prunable(self) -> bool:
+        """Never: DARTS decides on finish events only."""
+        return False
+
     def is_running(self, index: int) -> bool:
         """Launched, not finished, and not told to stop."""
         return index in self._running

@@ -9,20 +9,23 @@ from rl.shaping.darts import DartsPolicy
 from rl.shaping.plain import PlainPolicy
 from rl.shaping.policy import ShapingPolicy
 from rl.shaping.sart import SartPolicy
-from rl.shaping.scorers import RepetitionScorer, Scorer
+from rl.shaping.scorers import ExternalScorer, RepetitionScorer, Scorer
 
 POLICIES = ("plain", "darts", "sart", "darts+sart")
 PRUNING_OPTIONS = ("scorer", "alpha", "beta")
 
 
 def make_scorer(scorer: Scorer | str | None) -> Scorer | None:
-    """A scorer instance as is, ``"repetition"`` for the built-in one, ``None``/``"none"`` for no pruning."""
+    """A scorer instance as is, ``"repetition"`` for the built-in one, ``"external"`` for scores given with
+    the samples (a scorer worker's), ``None``/``"none"`` for no pruning."""
     if scorer is None or scorer == "none":
         return None
     if scorer == "repetition":
         return RepetitionScorer()
+    if scorer == "external":
+        return ExternalScorer()
     if isinstance(scorer, str):
-        raise ValueError(f"unknown scorer {scorer!r}; built in: 'repetition', 'none'")
+        raise ValueError(f"unknown scorer {scorer!r}; built in: 'repetition', 'external', 'none'")
     return scorer
 
 

@@ -12,6 +12,10 @@ class PlainController:
         self.plan = plan
         self._finished: list[FinishedSample] = []
 
+    @property
+    def prunable(self) -> bool:
+        return False
+
     def on_finish(self, sample: FinishedSample) -> Decision:
         self._finished.append(sample)
         return Decision(done=len(self._finished) == self.plan.n_launch)

@@ -36,22 +36,28 @@ class GroupPlan:
 class FinishedSample:
     """A sample that left the engine: index in the group, generated length, why it ended.
 
-    ``text`` is the generated text; only scoring controllers (SART) read it.
+    ``text`` is the generated text; only scoring controllers (SART) read it. ``score`` is its score when
+    the rollout side computed one (a scorer worker); ``None`` lets the controller score it itself.
     """
 
     index: int
     length: int
     finish_reason: FinishReason
     text: str = ""
+    score: float | None = None
 
 
 @dataclass(frozen=True)
 class RunningSample:
-    """A sample still decoding, as seen by a periodic progress report (for pruning scorers)."""
+    """A sample still decoding, as seen by a periodic progress report (for pruning scorers).
+
+    ``score`` as in ``FinishedSample``: given by the rollout side, or ``None`` for the controller to compute.
+    """
 
     index: int
     length: int
     text: str = ""
+    score: float | None = None
 
 
 @dataclass
@@ -66,6 +72,12 @@ class GroupController(Protocol):
     """Per-group state machine fed by finish events (and optionally progress reports)."""
 
     plan: GroupPlan
+
+    @property
+    def prunable(self) -> bool:
+        """Whether a progress report could abort anything now; the rollout side skips the report (and its
+        decoding and scoring) when it could not."""
+        ...
 
     def on_finish(self, sample: FinishedSample) -> Decision:
         """Record a finished (or aborted) sample; say which running samples to abort."""

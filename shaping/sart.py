@@ -9,6 +9,9 @@ rest), so ``SartController`` wraps a ``DartsController`` and adds pruning on pro
   completed sample. SART puts no cap on this phase; none is applied here.
 * In both phases the lowest scores go first (ties: lower index), and pruning never leaves fewer than M
   samples that can still complete (finished with ``"stop"`` plus still running).
+* Scores given with the samples (a scorer worker's, ``RunningSample.score``) take precedence over the
+  controller's own ``Scorer``; a sample with no score at all is never pruned, and a completion with none
+  does not start phase 2.
 
 A first finisher that is truncated or aborted does not end phase 1: it is no completed answer to compare
 with. The wrapped controller may have long slots (DARTS + SART composition, ``compose.py``).
@@ -36,33 +39,33 @@ class SartController:
         self.alpha = alpha
         self.beta = beta
         self.prompt = prompt
-        self.alpha_prime: float | None = None  # set at the first completion: phase 2 from then on
+        self.alpha_prime: float | None = None  # the first (scored) completion's score: phase 2 from then on
         self._phase1_pruned = 0
 
     @property
     def done(self) -> bool:
         return self.base.done
 
+    @property
+    def prunable(self) -> bool:
+        return not self.done and self._rule()[1] > 0
+
     def on_finish(self, sample: FinishedSample) -> Decision:
         first = self.alpha_prime is None and sample.finish_reason == "stop" and self.base.is_running(sample.index)
         decision = self.base.on_finish(sample)
         if first and not decision.done:
-            self.alpha_prime = self.scorer.score(self.prompt, sample.text)
+            self.alpha_prime = self._score(sample)  # None: still phase 1, the next scored completion decides
         return decision
 
     def on_progress(self, running: list[RunningSample]) -> Decision:
         if self.done:
             return Decision(done=True)
-        if self.alpha_prime is None:
-            threshold, cap = self.alpha, min(self.beta - self._phase1_pruned, self.base.spare())
-        else:
-            threshold, cap = self.alpha_prime, self.base.spare()
+        threshold, cap = self._rule()
         if cap <= 0:
             return Decision()
-        scored = sorted(
-            (self.scorer.score(self.prompt, r.text), r.index) for r in running if self.base.is_running(r.index)
-        )
-        chosen = [i for s, i in scored if s < threshold][:cap]
+        scores = {r.index: self._score(r) for r in running if self.base.is_running(r.index)}
+        ranked = sorted((s, i) for i, s in scores.items() if s is not None)
+        chosen = [i for s, i in ranked if s < threshold][:cap]
         pruned = self.base.prune(chosen)
         if self.alpha_prime is None:
             self._phase1_pruned += len(pruned)
@@ -73,6 +76,16 @@ class SartController:
 
     def stats(self) -> dict[str, int]:
         return self.base.stats()
+
+    def _rule(self) -> tuple[float, int]:
+        """This phase's threshold and how many running samples may be pruned now."""
+        if self.alpha_prime is None:
+            return self.alpha, min(self.beta - self._phase1_pruned, self.base.spare())
+        return self.alpha_prime, self.base.spare()
+
+    def _score(self, sample: RunningSample | FinishedSample) -> float | None:
+        """The rollout side's score if it gave one, else this controller's scorer's."""
+        return sample.score if sample.score is not None else self.scorer.score(self.prompt, sample.text)
 
 
 class SartPolicy:

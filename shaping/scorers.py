@@ -1,7 +1,9 @@
 """Scorers that rate a partial response for SART-style pruning (higher is better).
 
-A scorer is anything with ``score(prompt, partial_text) -> float``; a process reward model served by
-a separate worker plugs in behind the same method. ``RepetitionScorer`` is the cheap built-in one.
+A scorer is anything with ``score(prompt, partial_text) -> float | None``. ``RepetitionScorer`` is the
+cheap built-in one. A model scorer runs in a separate worker (``rl.rollout.scorer_worker``): the rollout
+side scores a group's texts there in one batched call and hands the scores to the controller with the
+samples (``RunningSample.score``), whose scorer is then an ``ExternalScorer``.
 """
 
 from __future__ import annotations
@@ -10,9 +12,19 @@ from typing import Protocol
 
 
 class Scorer(Protocol):
-    """Rates a partial response to ``prompt``; pruning compares these scores with thresholds."""
+    """Rates a partial response to ``prompt``; pruning compares these scores with thresholds.
 
-    def score(self, prompt: str, partial_text: str) -> float: ...
+    ``None`` means no score: the sample is not pruned on it.
+    """
+
+    def score(self, prompt: str, partial_text: str) -> float | None: ...
+
+
+class ExternalScorer:
+    """Scores come with the samples, computed outside the controller (a scorer worker); none of its own."""
+
+    def score(self, prompt: str, partial_text: str) -> float | None:
+        return None
 
 
 class RepetitionScorer:

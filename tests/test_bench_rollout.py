@@ -111,6 +111,8 @@ def test_config_rejects_repeated_modes():
         RolloutBenchConfig(modes=["plain", "plain"])
     with pytest.raises(ValidationError):
         RolloutBenchConfig(modes=["fast"])
+    with pytest.raises(ValidationError, match="needs a scorer worker"):
+        RolloutBenchConfig(shaping={"policy": "sart", "scorer": "lm-confidence", "alpha": -1.0})
 
 
 def test_each_repeat_sends_its_own_prompts(tiny_model_dir):

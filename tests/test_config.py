@@ -69,3 +69,23 @@ def test_cli_rejects_bad_config_before_starting_anything(tmp_path):
     assert proc.returncode == 2
     assert "train.lr" in proc.stderr and "greater than 0" in proc.stderr
     assert not any(tmp_path.iterdir())  # no run directory: nothing was started
+
+
+def test_model_scorers_need_sart_a_model_and_a_log_prob_threshold():
+    cases = [
+        (["shaping.policy=darts", "shaping.scorer=lm-confidence"], "needs a SART policy"),
+        (["shaping.policy=sart", "shaping.scorer=reward-model", "shaping.alpha=0"], "needs scorer_model"),
+        (["shaping.policy=sart", "shaping.scorer=lm-confidence"], "alpha (0.3) > 0 would prune"),
+        (["shaping.policy=sart", "shaping.scorer_model=some/rm"], "scorer_model is for the model scorers"),
+        (["shaping.policy=darts+sart", "shaping.scorer=none"], "darts+sart needs a scorer"),
+        (["shaping.policy=sart", "shaping.scorer=prm"], "Input should be"),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(ValidationError, match="shaping") as err:
+            load_config(recipe_path("arith_tiny"), overrides)
+        assert message in str(err.value), overrides
+    cfg = load_config(
+        recipe_path("arith_tiny"), ["shaping.policy=sart", "shaping.scorer=lm-confidence", "shaping.alpha=-2"]
+    )
+    assert cfg.shaping.scorer_worker and cfg.shaping.scorer_model is None
+    assert not load_config(recipe_path("arith_tiny"), ["shaping.policy=sart"]).shaping.scorer_worker

@@ -1,12 +1,14 @@
-"""SART: early stop at M, two-phase pruning, the beta cap and the "M can still finish" guard."""
+"""SART: early stop at M, two-phase pruning, the beta cap, the "M can still finish" guard, provided scores."""
 
 from __future__ import annotations
 
 import pytest
 from rl.shaping.darts import DartsController
+from rl.shaping.factory import make_policy
+from rl.shaping.plain import PlainController
 from rl.shaping.policy import FinishedSample, GroupPlan, RunningSample
 from rl.shaping.sart import SartController, SartPolicy
-from rl.shaping.scorers import RepetitionScorer
+from rl.shaping.scorers import ExternalScorer, RepetitionScorer
 
 
 class TableScorer:
@@ -141,3 +143,58 @@ def test_repetition_scorer():
     assert budgeted.score("", prose) == pytest.approx(100 / 300)
     with pytest.raises(ValueError):
         RepetitionScorer(ngram=5, window=4)
+
+
+def external(n, m, alpha=-1.0, beta=2):
+    return SartController(DartsController(GroupPlan("p", n, m)), ExternalScorer(), alpha, beta)
+
+
+def scored(scores: dict[int, float | None]) -> list[RunningSample]:
+    return [RunningSample(i, 100, "", s) for i, s in scores.items()]
+
+
+def test_provided_scores_take_precedence_over_the_controllers_scorer():
+    ctrl = sart(6, 2, alpha=0.3, beta=2)
+    # the texts would score 0.9 in-process; the provided scores decide, and the scorer is not asked
+    samples = [RunningSample(i, 100, "0.9", s) for i, s in {0: 0.1, 1: 0.9, 2: 0.2, 3: 0.9}.items()]
+    assert ctrl.on_progress(samples).abort == [0, 2]
+    ctrl.on_finish(FinishedSample(1, 120, "stop", text="0.1", score=0.95))
+    assert ctrl.alpha_prime == 0.95 and ctrl.scorer.calls == []
+    # a sample without a provided score falls back to the in-process scorer
+    assert ctrl.on_progress([RunningSample(3, 130, "0.5"), RunningSample(4, 130, "0.99", 0.99)]).abort == [3]
+    assert ctrl.scorer.calls == ["0.5"]
+
+
+def test_external_scores_prune_in_both_phases_and_unscored_samples_stay():
+    ctrl = external(8, 3, alpha=-1.0, beta=2)
+    # phase 1: below alpha, lowest first, at most beta; no score (nothing generated yet) is never pruned
+    assert ctrl.on_progress(scored({0: -3.0, 1: None, 2: -0.5, 3: -2.0, 4: -1.5, 5: -0.2})).abort == [0, 3]
+    assert ctrl.on_progress(scored({1: -9.0, 4: -1.5})).abort == []  # beta spent
+    # a completion the scorer could not rate leaves phase 1 on; the next scored one starts phase 2
+    ctrl.on_finish(FinishedSample(6, 50, "stop", text="x"))
+    assert ctrl.alpha_prime is None
+    ctrl.on_finish(FinishedSample(7, 60, "stop", text="y", score=-0.6))
+    assert ctrl.alpha_prime == -0.6
+    # phase 2: below -0.6, capped by spare = 2 completed + 4 running - 3 = 3
+    assert ctrl.on_progress(scored({1: -9.0, 2: -0.5, 4: -1.5, 5: -0.7})).abort == [1, 4, 5]
+    assert ctrl.stats()["pruned"] == 5
+
+
+def test_prunable_says_when_a_progress_report_could_abort_anything():
+    ctrl = external(6, 2, alpha=-1.0, beta=1)
+    assert ctrl.prunable
+    ctrl.on_progress(scored({0: -2.0}))
+    assert not ctrl.prunable  # beta spent in phase 1
+    ctrl.on_finish(FinishedSample(1, 40, "stop", score=-0.5))
+    assert ctrl.prunable  # phase 2 has no cap
+    ctrl.on_finish(FinishedSample(2, 41, "stop", score=-0.5))
+    assert ctrl.done and not ctrl.prunable
+    assert not DartsController(GroupPlan("d", 4, 2)).prunable
+    assert not PlainController(GroupPlan("p", 2, 2)).prunable
+
+
+def test_external_scorer_by_name():
+    policy = make_policy("sart", 4, scorer="external", alpha=-2.0)
+    ctrl = policy.controller(policy.plan(["a"])[0])
+    assert isinstance(ctrl, SartController) and isinstance(ctrl.scorer, ExternalScorer)
+    assert ctrl.on_progress([RunningSample(0, 10, "anything")]).abort == []

@@ -79,6 +79,13 @@ class RolloutBenchConfig(BaseModel):
             raise ValueError(f"modes repeat: {modes}")
         return modes
 
+    @field_validator("shaping")
+    @classmethod
+    def _in_process_scorer(cls, shaping: ShapingConfig) -> ShapingConfig:
+        if shaping.scorer_worker:
+            raise ValueError(f"scorer {shaping.scorer!r} needs a scorer worker, which this bench does not start")
+        return shaping
+
 
 @dataclass(frozen=True)
 class Batch:
