@@ -153,9 +153,12 @@ class AlgorithmConfig(Strict):
     clip_high: float = Field(default=0.28, ge=0)
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     norm_len: int | None = Field(default=None, ge=1)  # seq-mean-token-sum-norm divisor; None: rollout.max_tokens
-    # decoupled PPO: clip against the trainer's own (proximal) log-probs, correct for the behaviour policy with w
-    decoupled: bool = True
-    correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "tis-token"
+    # coupled PPO (default): clip pi / pi_behaviour (vLLM's log-probs), a trust region around the policy that
+    # sampled. Decoupled PPO: clip against the trainer's own log-probs at the start of the step and weight by
+    # w = pi_prox / pi_behaviour (truncated: tis, masked: mis). With one optimizer step per batch the decoupled
+    # clip is inactive (r = 1); on arith_tiny at max_staleness=4 coupled learned best (see the issue-6 note).
+    decoupled: bool = False
+    correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "none"
     correction_cap: float = Field(default=2.0, ge=1)
     ess_lr_scaling: bool = False  # VCPO: lr * sqrt(ESS / B) each step
     kl_coef: float = Field(default=0.0, ge=0)  # KL to the frozen initial policy
@@ -165,6 +168,12 @@ class AlgorithmConfig(Strict):
     dynamic_sampling: bool = False
     # at most this many times batch_groups groups are dropped per step; beyond it they are trained on (counted)
     dynamic_sampling_max_factor: float = Field(default=4.0, ge=0)
+
+    @model_validator(mode="after")
+    def _correction_needs_decoupled(self) -> AlgorithmConfig:
+        if self.correction != "none" and not self.decoupled:
+            raise ValueError(f"correction {self.correction!r} needs decoupled: true (it weights by pi_prox / pi_behav)")
+        return self
 
 
 class WeightSyncConfig(Strict):

@@ -153,6 +153,8 @@ class Driver:
             plans = self.policy.plan([row.prompt_id for row in chunk])
             for row, plan in zip(chunk, plans, strict=True):
                 await self.admission.acquire()
+                if not self.live:  # every rollout worker died; the trainer side stops the run
+                    return
                 task = asyncio.create_task(self.produce_group(self.live[next(turns) % len(self.live)], row, plan))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)

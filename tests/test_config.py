@@ -26,6 +26,7 @@ def test_bundled_recipe_loads_and_overrides_apply():
         ("shaping.long_slots=8", "shaping", "long_slots (8) must be < m_keep (8)"),
         ("weight_sync.transport=nccl", "weight_sync", "not implemented yet"),
         ("shaping.priority=longest_first", "shaping", "needs a DARTS policy"),
+        ("algorithm.correction=tis-token", "algorithm", "needs decoupled: true"),
         ("algorithm.advantage=ppo", "algorithm.advantage", "Input should be"),
         ("algorithm.correction_cap=0.5", "algorithm.correction_cap", "greater than or equal to 1"),
         ("algorithm.clip_low=1.5", "algorithm.clip_low", "less than 1"),
