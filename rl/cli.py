@@ -1,6 +1,6 @@
 """The ``rl`` command: ``rl train RECIPE [key=value ...]``, ``rl eval MODEL --dataset SOURCE [...]``,
-``rl report RUN_DIR``, ``rl models build NAME``,
-``rl bench rollout [...]`` and ``rl bench profile-decode [...]``."""
+``rl report RUN_DIR``, ``rl models build NAME``, ``rl bench rollout [...]``, ``rl bench train RECIPE [...]``
+and ``rl bench profile-decode [...]``."""
 
 from __future__ import annotations
 
@@ -8,11 +8,18 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import ValidationError
 
 import rl.recipes
+
+if TYPE_CHECKING:
+    from rl.config import RunConfig
+
+T = TypeVar("T")
 
 RECIPES_DIR = Path(rl.recipes.__file__).resolve().parent
 
@@ -28,16 +35,22 @@ def recipe_path(name: str) -> Path:
     raise FileNotFoundError(f"recipe {name!r} not found (looked at {path} and {bundled})")
 
 
+def checked_config(build: Callable[[], T]) -> T | None:
+    """``build()``, or None after printing why the configuration is invalid (nothing has started yet)."""
+    try:
+        return build()
+    except ValidationError as e:
+        print(f"invalid config:\n{e}", file=sys.stderr)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"invalid config: {e}", file=sys.stderr)
+    return None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from rl.config import load_config
 
-    try:
-        cfg = load_config(recipe_path(args.recipe), args.overrides)
-    except ValidationError as e:
-        print(f"invalid config:\n{e}", file=sys.stderr)
-        return 2
-    except (ValueError, FileNotFoundError) as e:
-        print(f"invalid config: {e}", file=sys.stderr)
+    cfg = checked_config(lambda: load_config(recipe_path(args.recipe), args.overrides))
+    if cfg is None:
         return 2
     from rl.driver import run_training
 
@@ -55,14 +68,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rl.offline_eval import EvalSettings, recipe_for_dataset, run_eval
 
     recipe = args.recipe or recipe_for_dataset(args.dataset)
-    try:
+
+    def build() -> RunConfig:
         cfg = load_config(recipe_path(recipe), args.set)
-        cfg.data.source = args.dataset
-    except ValidationError as e:
-        print(f"invalid config:\n{e}", file=sys.stderr)
-        return 2
-    except (ValueError, FileNotFoundError) as e:
-        print(f"invalid config: {e}", file=sys.stderr)
+        cfg.data.source = args.dataset  # validated on assignment
+        return cfg
+
+    cfg = checked_config(build)
+    if cfg is None:
         return 2
     settings = EvalSettings(
         model=args.model,
@@ -165,17 +178,18 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
 def cmd_bench_train(args: argparse.Namespace) -> int:
     from rl.bench.train import default_variants, parse_variant, run_train_bench, variant_configs
 
-    try:
+    common = [f"train.max_steps={args.steps}", *args.overrides] if args.steps else list(args.overrides)
+
+    def build() -> tuple[Path, list]:
         variants = [parse_variant(v) for v in args.variant] if args.variant else default_variants(args.staleness)
-        common = [f"train.max_steps={args.steps}", *args.overrides] if args.steps else list(args.overrides)
         recipe = recipe_path(args.recipe)
         variant_configs(recipe, variants, common, args.out)  # every config checked before any run starts
-    except ValidationError as e:
-        print(f"invalid config:\n{e}", file=sys.stderr)
+        return recipe, variants
+
+    checked = checked_config(build)
+    if checked is None:
         return 2
-    except (ValueError, FileNotFoundError) as e:
-        print(f"invalid config: {e}", file=sys.stderr)
-        return 2
+    recipe, variants = checked
     _, table = run_train_bench(recipe, variants, common, args.out)
     print(table)
     print(f"wrote {args.out / 'bench_train.json'}, {args.out / 'bench_train.md'} and {args.out / 'bench_train.png'}")

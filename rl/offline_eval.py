@@ -130,7 +130,7 @@ async def _run(cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None
     finally:
         rewards.close()
         if own is not None:
-            own.shutdown()
+            await own.shutdown()
     resolved = {
         **asdict(settings),
         "model_dir": model_dir,
