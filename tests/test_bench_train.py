@@ -3,19 +3,12 @@
 import json
 
 import pytest
+from small_runs import SMALL
 
 from rl.bench.train import TrainVariant, parse_variant, run_train_bench, variant_configs
 from rl.cli import recipe_path
 
-COMMON = [
-    "train.max_steps=2",
-    "train.batch_groups=4",
-    "shaping.m_keep=4",
-    "eval.num_problems=8",
-    "eval.every=0",
-    "rollout.cpu_threads_bind=null",
-    "train.save_checkpoint=false",
-]
+COMMON = [*SMALL, "train.max_steps=2"]
 
 
 def test_parse_variant_and_bad_variants_fail_before_running(tmp_path):

@@ -4,29 +4,13 @@ import asyncio
 import json
 
 import ray
+from small_runs import small_run
 
-from rl.cli import recipe_path
-from rl.config import load_config
 from rl.driver import Driver
 
 
 def test_run_survives_a_dead_rollout_worker(ray_session, tiny_model_dir, tmp_path):
-    cfg = load_config(
-        recipe_path("arith_tiny"),
-        [
-            f"output_dir={tmp_path}",
-            "name=dead",
-            "rollout.num_workers=2",
-            "train.max_steps=4",
-            "train.batch_groups=4",
-            "train.max_staleness=1",
-            "shaping.m_keep=4",
-            "eval.num_problems=8",
-            "eval.every=0",
-            "rollout.cpu_threads_bind=null",
-            "train.save_checkpoint=false",
-        ],
-    )
+    cfg = small_run(tmp_path, "dead", "rollout.num_workers=2", "train.max_steps=4", "train.max_staleness=1")
     driver = Driver(cfg)
 
     async def kill_one_after_first_step() -> None:

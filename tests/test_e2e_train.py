@@ -2,25 +2,20 @@
 
 import json
 
-from rl.cli import recipe_path
-from rl.config import load_config
+from small_runs import small_run
+
 from rl.driver import run_training
 
 
 def test_rl_train_a_few_async_steps(ray_session, tiny_model_dir, tmp_path):
-    cfg = load_config(
-        recipe_path("arith_tiny"),
-        [
-            f"output_dir={tmp_path}",
-            "name=e2e",
-            "train.max_steps=4",
-            "train.batch_groups=4",
-            "train.max_staleness=1",
-            "shaping.m_keep=4",
-            "eval.num_problems=16",
-            "eval.every=2",
-            "rollout.cpu_threads_bind=null",
-        ],
+    cfg = small_run(
+        tmp_path,
+        "e2e",
+        "train.max_steps=4",
+        "train.max_staleness=1",
+        "eval.num_problems=16",
+        "eval.every=2",
+        "train.save_checkpoint=true",
     )
     summary = run_training(cfg)
 
@@ -46,23 +41,14 @@ def test_rl_train_a_few_async_steps(ray_session, tiny_model_dir, tmp_path):
 
 
 def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, tiny_model_dir, tmp_path):
-    cfg = load_config(
-        recipe_path("arith_tiny"),
-        [
-            f"output_dir={tmp_path}",
-            "name=periodic",
-            "train.max_steps=3",
-            "train.batch_groups=4",
-            "train.periodic_async=true",
-            "shaping.m_keep=4",
-            "algorithm.advantage=rloo",
-            "algorithm.dynamic_sampling=true",
-            "algorithm.kl_coef=0.01",
-            "eval.num_problems=8",
-            "eval.every=0",
-            "rollout.cpu_threads_bind=null",
-            "train.save_checkpoint=false",
-        ],
+    cfg = small_run(
+        tmp_path,
+        "periodic",
+        "train.max_steps=3",
+        "train.periodic_async=true",
+        "algorithm.advantage=rloo",
+        "algorithm.dynamic_sampling=true",
+        "algorithm.kl_coef=0.01",
     )
     summary = run_training(cfg)
 
