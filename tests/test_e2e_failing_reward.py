@@ -1,0 +1,47 @@
+"""Training goes on through a reward function that raises, hangs, returns NaN, None or the wrong length."""
+
+from small_runs import small_run
+
+from rl.driver import run_training
+
+FLAKY = '''
+import time
+
+calls = 0
+
+
+def flaky(prompts, completions, answer, **columns):
+    """A TRL-style reward that fails in a different way on each call, then works once, and repeats."""
+    global calls
+    calls += 1
+    mode = calls % 6
+    if mode == 1:
+        raise RuntimeError("boom")
+    if mode == 2:
+        return [float("nan")] * len(completions)
+    if mode == 3:
+        return [None] * len(completions)
+    if mode == 4:
+        return [1.0]
+    if mode == 5:
+        time.sleep(60)  # past the timeout: the worker process is killed and replaced
+    return [float(c.rsplit("#", 1)[-1].strip() == a) for c, a in zip(completions, answer)]
+'''
+
+
+def test_training_survives_every_reward_failure(ray_session, tiny_model_dir, tmp_path):
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    cfg = small_run(
+        tmp_path,
+        "flaky",
+        "train.max_steps=3",
+        f"reward.functions=[{{fn: {tmp_path / 'flaky.py'}:flaky}}]",
+        "reward.timeout_s=2",
+        "reward.on_failure=zero",
+    )
+    summary = run_training(cfg)
+
+    assert summary["steps"] == 3 and summary["rollout_errors"] == 0
+    failures = summary["reward_failures"]
+    for kind in ("raised", "nan", "none", "wrong_length", "timeout"):
+        assert failures.get(kind, 0) >= 1, (kind, failures)
