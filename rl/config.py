@@ -177,12 +177,16 @@ class AlgorithmConfig(Strict):
 
 
 class WeightSyncConfig(Strict):
+    # cpu: safetensors bytes through Ray's object store (any device); nccl: vLLM's native GPU broadcast
     transport: Literal["cpu", "nccl", "ipc"] = "cpu"
 
     @model_validator(mode="after")
-    def _built(self) -> WeightSyncConfig:
-        if self.transport != "cpu":
-            raise ValueError(f"transport {self.transport!r} is not implemented yet (only 'cpu' is)")
+    def _placeable(self) -> WeightSyncConfig:
+        if self.transport == "ipc":
+            raise ValueError(
+                "transport 'ipc' needs the trainer and the engines colocated on the same GPUs; Tailor places them "
+                "on separate GPUs (use 'nccl' or 'cpu')"
+            )
         return self
 
 

@@ -81,6 +81,10 @@ class Driver:
 
         cfg = self.cfg
         owns_ray = start_ray(cfg)
+        if cfg.weight_sync.transport != "cpu" and not ray.cluster_resources().get("GPU"):
+            if owns_ray:
+                ray.shutdown()
+            raise ValueError("weight_sync.transport=nccl needs GPUs; this Ray cluster has none")
         self.rewards = RewardPool(
             [(f.fn, f.weight) for f in cfg.reward.functions],
             cfg.reward.num_workers,
@@ -97,6 +101,7 @@ class Driver:
         )
         self.logger = MetricsLogger(cfg.run_dir)
         try:
+            await self.channel.start()
             t0 = time.monotonic()
             stats = await asyncio.gather(*[w.stats.remote() for w in self.workers])
             log.info("rollout engines up in %.1f s", max(s["startup_s"] for s in stats))

@@ -5,8 +5,8 @@ object store once (the trainer call's return value), and each rollout worker loa
 layer-wise reload (pause -> load -> version bump -> resume). Works on any device. In-flight requests
 are kept across the load, or (``interrupt``) aborted and resubmitted with their partial responses.
 
-``nccl`` / ``ipc`` (GPU): vLLM's native weight transfer. Not implemented yet: the GPU machines lent to
-this project have no vLLM, so nothing of that path could be run; see the issue note.
+``nccl`` / ``ipc`` (GPU): vLLM's native weight transfer (``NativeWeightChannel``), written against vLLM
+0.32's documented trainer API; the GPU machines lent to this project have no vLLM, so it has not run.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ class SyncReport:
 
 
 class WeightChannel(Protocol):
+    async def start(self) -> None:
+        """Open the channel once, after the actors are up."""
+        ...
+
     async def send(self, version: int) -> SyncReport:
         """Make every rollout engine serve the trainer's current weights as ``version``."""
         ...
@@ -38,6 +42,9 @@ class CpuWeightChannel:
         self.trainer = trainer  # rank-0 TrainerWorker actor handle
         self.rollout_workers = rollout_workers
         self.interrupt = interrupt  # abort in-flight requests and resubmit them, instead of keeping them
+
+    async def start(self) -> None:
+        """Nothing to open: every sync goes through the object store."""
 
     async def send(self, version: int) -> SyncReport:
         t0 = time.monotonic()
@@ -54,10 +61,41 @@ class CpuWeightChannel:
         return SyncReport(version, time.monotonic() - t0, seconds, dead)
 
 
+class NativeWeightChannel:
+    """vLLM's native GPU weight transfer (``nccl`` broadcast or colocated ``ipc``), driven by trainer rank 0.
+
+    Each sync: pause every engine (keep, or abort for resubmission) -> the trainer's sender runs vLLM's
+    start/update/finish phases -> version bump -> resume. ``start`` opens the transfer once (NCCL rendezvous).
+    """
+
+    def __init__(self, backend: str, trainer: Any, rollout_workers: list[Any], interrupt: bool = False) -> None:
+        self.backend = backend
+        self.trainer = trainer
+        self.rollout_workers = rollout_workers
+        self.interrupt = interrupt
+
+    async def start(self) -> None:
+        await self.trainer.init_native_weight_sync.remote(self.backend, list(self.rollout_workers))
+
+    async def send(self, version: int) -> SyncReport:
+        t0 = time.monotonic()
+        workers = list(self.rollout_workers)
+        await asyncio.gather(*[w.pause.remote(self.interrupt) for w in workers])
+        try:
+            await self.trainer.send_native_weights.remote()
+            await asyncio.gather(*[w.update_weight_version.remote(str(version)) for w in workers])
+        finally:
+            await asyncio.gather(*[w.resume.remote() for w in workers])
+        seconds = time.monotonic() - t0
+        return SyncReport(version, seconds, [seconds] * len(workers))
+
+
 def make_weight_channel(
     transport: str, trainer: Any, rollout_workers: list[Any], interrupt: bool = False
 ) -> WeightChannel:
-    """The channel for ``transport`` (``cpu`` works everywhere; ``nccl``/``ipc`` are not built yet)."""
+    """The channel for ``transport``: ``cpu`` works everywhere, ``nccl``/``ipc`` need GPUs and vLLM on them."""
     if transport == "cpu":
         return CpuWeightChannel(trainer, rollout_workers, interrupt)
-    raise NotImplementedError(f"weight_sync.transport={transport!r} is not implemented yet; use 'cpu'")
+    if transport in ("nccl", "ipc"):
+        return NativeWeightChannel(transport, trainer, rollout_workers, interrupt)
+    raise ValueError(f"unknown weight_sync.transport {transport!r}; use cpu, nccl or ipc")

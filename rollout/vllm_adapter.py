@@ -201,6 +201,20 @@ class VllmEngine:
             self._caller_aborted.update(request_ids)
             await self.engine.abort([self._live.get(r, r) for r in request_ids])
 
+    async def pause(self, interrupt: bool = False) -> None:
+        """Stop scheduling: in-flight requests are kept (vLLM ``keep``) or aborted for resubmission."""
+        self._serving.clear()
+        await self.engine.pause_generation(mode="abort" if interrupt else "keep", clear_cache=True)
+
+    async def resume(self) -> None:
+        await self.engine.resume_generation()
+        self._serving.set()
+
+    async def set_version(self, version: int) -> None:
+        """Stamp tokens generated from now on with ``version``."""
+        await self.engine.update_weight_version(str(version))
+        self.version = version
+
     async def load_weights(self, blob: bytes, version: int, interrupt: bool = False) -> float:
         """Pause, load safetensors bytes, bump the version, resume.
 
@@ -208,16 +222,26 @@ class VllmEngine:
         ``keep``), or aborted and resubmitted by ``generate`` after the load (``interrupt=True``).
         """
         t0 = time.monotonic()
-        self._serving.clear()
-        await self.engine.pause_generation(mode="abort" if interrupt else "keep", clear_cache=True)
+        await self.pause(interrupt)
         try:
             await self.engine.collective_rpc("load_hf_weights_bytes", args=(blob,))
-            await self.engine.update_weight_version(str(version))
-            self.version = version
+            await self.set_version(version)
         finally:
-            await self.engine.resume_generation()
-            self._serving.set()
+            await self.resume()
         return time.monotonic() - t0
+
+    # vLLM's native (GPU) weight transfer, receiving side: the four phases its trainer engine drives
+    async def init_weight_transfer_engine(self, request: Any) -> None:
+        await self.engine.init_weight_transfer_engine(request)
+
+    async def start_weight_update(self) -> None:
+        await self.engine.start_weight_update()
+
+    async def update_weights(self, request: Any) -> None:
+        await self.engine.update_weights(request)
+
+    async def finish_weight_update(self) -> None:
+        await self.engine.finish_weight_update()
 
     def num_unfinished(self) -> int:
         return self.engine.get_num_unfinished_requests()
@@ -238,3 +262,41 @@ def configure_cpu_threads(bind: str | None) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if bind:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
+
+
+class NativeWeightSender:
+    """vLLM's native weight transfer, sending side (GPU only): NCCL broadcast or CUDA IPC handles.
+
+    Built on the trainer's rank 0 from the HF policy module and the rollout workers' Ray handles, which
+    expose vLLM's ``VLLMWeightSyncClient`` methods (``RolloutWorker`` forwards them to its engine).
+    Written against vLLM 0.32's documented trainer API; not run here (no GPU with vLLM was available).
+    """
+
+    def __init__(self, backend: str, model: Any, rollout_handles: list[Any]) -> None:
+        from vllm.distributed.weight_transfer import (
+            ModuleSource,
+            RayVLLMWeightSyncClient,
+            WeightTransferTrainerFactory,
+        )
+
+        if backend == "nccl":
+            from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+            from vllm.utils.network_utils import get_ip, get_open_port
+
+            # rank 0 is this sender; each rollout engine (tensor parallel 1) is one more NCCL rank
+            info = NCCLTrainerInitInfo(
+                master_address=get_ip(), master_port=get_open_port(), world_size=1 + len(rollout_handles), rank=0
+            )
+        elif backend == "ipc":
+            from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
+
+            info = IPCTrainerInitInfo(rank=0)
+        else:
+            raise ValueError(f"unknown native weight-transfer backend {backend!r}; use 'nccl' or 'ipc'")
+        self.engine = WeightTransferTrainerFactory.trainer_init(
+            info, client=RayVLLMWeightSyncClient(rollout_handles), source=ModuleSource(model)
+        )
+
+    def send(self) -> None:
+        """start -> update (concurrently with the broadcast) -> finish on every rollout engine."""
+        self.engine.send_weights()

@@ -7,6 +7,7 @@ load or a stats call never queues behind generation: they interleave at each ``a
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from rl.rollout.group_runner import GroupResult, ScoreFn, run_group
 from rl.rollout.vllm_adapter import EngineSpec, SamplingSpec, VllmEngine, configure_cpu_threads
@@ -60,6 +61,28 @@ class RolloutWorker:
         seconds = await self.engine.load_weights(blob, version, interrupt)
         self.sync_seconds.append(seconds)
         return seconds
+
+    async def pause(self, interrupt: bool = False) -> None:
+        await self.engine.pause(interrupt)
+
+    async def resume(self) -> None:
+        await self.engine.resume()
+
+    # vLLM's VLLMWeightSyncClient protocol (native GPU weight transfer): the trainer's sender calls these
+    async def init_weight_transfer_engine(self, request: Any) -> None:
+        await self.engine.init_weight_transfer_engine(request)
+
+    async def start_weight_update(self) -> None:
+        await self.engine.start_weight_update()
+
+    async def update_weights(self, request: Any) -> None:
+        await self.engine.update_weights(request)
+
+    async def finish_weight_update(self) -> None:
+        await self.engine.finish_weight_update()
+
+    async def update_weight_version(self, version: str) -> None:
+        await self.engine.set_version(int(version))
 
     async def stats(self) -> dict[str, float]:
         return {

@@ -24,7 +24,7 @@ def test_bundled_recipe_loads_and_overrides_apply():
         ("shaping.policy=fancy", "shaping.policy", "Input should be"),
         ("rollout.temperature=-1", "rollout.temperature", "greater than 0"),
         ("shaping.long_slots=8", "shaping", "long_slots (8) must be < m_keep (8)"),
-        ("weight_sync.transport=nccl", "weight_sync", "not implemented yet"),
+        ("weight_sync.transport=ipc", "weight_sync", "colocated on the same GPUs"),
         ("shaping.priority=longest_first", "shaping", "needs a DARTS policy"),
         ("algorithm.correction=tis-token", "algorithm", "needs decoupled: true"),
         ("algorithm.advantage=ppo", "algorithm.advantage", "Input should be"),

@@ -192,6 +192,18 @@ class TrainerWorker:
 
         return save({n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.model.named_parameters()})
 
+    def init_native_weight_sync(self, backend: str, rollout_handles: list) -> None:
+        """Rank 0: open vLLM's native weight transfer (``nccl`` / ``ipc``) to the rollout workers (GPU only)."""
+        from rl.rollout.vllm_adapter import NativeWeightSender
+
+        self.sender = NativeWeightSender(backend, self.model, rollout_handles)
+
+    def send_native_weights(self) -> float:
+        """Push the current parameters through the native transfer; returns the seconds it took."""
+        t0 = time.monotonic()
+        self.sender.send()
+        return time.monotonic() - t0
+
     def parameter_checksum(self) -> float:
         """Sum of all parameters (to check data-parallel ranks stay identical)."""
         return float(sum(p.detach().double().sum() for p in self.model.parameters()))
