@@ -120,6 +120,18 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+SMOOTHING = 10  # steps in the trailing mean drawn over the raw reward curves
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing mean over up to ``window`` values (shorter at the start)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
 def plot_curves(results: list[dict[str, Any]], out: Path) -> None:
     """Reward curves of all variants against step and against wall time, side by side."""
     fig = Figure(figsize=(11, 4))
@@ -128,8 +140,10 @@ def plot_curves(results: list[dict[str, Any]], out: Path) -> None:
     for i, r in enumerate(results):
         curve = r["curve"]
         wall = [sum(curve["step_seconds"][: k + 1]) for k in range(len(curve["step_seconds"]))]
-        by_step.plot(curve["step"], curve["reward_mean"], color=f"C{i}", label=r["name"])
-        by_time.plot(wall[: len(curve["reward_mean"])], curve["reward_mean"], color=f"C{i}", label=r["name"])
+        rewards, smooth = curve["reward_mean"], moving_average(curve["reward_mean"], SMOOTHING)
+        by_step.plot(curve["step"], rewards, color=f"C{i}", alpha=0.25)
+        by_step.plot(curve["step"], smooth, color=f"C{i}", label=f"{r['name']} ({SMOOTHING}-step mean)")
+        by_time.plot(wall[: len(rewards)], smooth, color=f"C{i}", label=r["name"])
     by_step.set_xlabel("optimizer step")
     by_time.set_xlabel("wall time (s)")
     by_step.set_ylabel("train reward (batch mean)")
