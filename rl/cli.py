@@ -147,6 +147,7 @@ def _csv(text: str) -> list[str]:
 
 def cmd_bench_rollout(args: argparse.Namespace) -> int:
     from rl.bench.rollout import RolloutBenchConfig, run_rollout_bench
+    from rl.config import apply_overrides
 
     options = {
         "model": args.model,
@@ -165,9 +166,13 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
         "plots": not args.no_plots,
     }
     try:
+        options["shaping"] = apply_overrides({}, args.shaping) or None
         cfg = RolloutBenchConfig(**{k: v for k, v in options.items() if v is not None})
     except ValidationError as e:
         print(f"invalid benchmark options:\n{e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"invalid benchmark options: {e}", file=sys.stderr)
         return 2
     result = run_rollout_bench(cfg)
     print(result["table"])
@@ -230,6 +235,13 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     )
     rollout.add_argument("--cpu-bind", help="VLLM_CPU_OMP_THREADS_BIND for the engine (e.g. 0-1)")
     rollout.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    rollout.add_argument(
+        "--shaping",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a ShapingConfig knob for the shaped modes, e.g. avg_redundancy=1.25 (repeatable)",
+    )
     rollout.set_defaults(func=cmd_bench_rollout)
     train = bench.add_parser("train", help="train a recipe under several variants (staleness, shaping), same budget")
     train.add_argument("recipe", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")

@@ -204,3 +204,10 @@ def test_engine_runs_higher_priority_first(bench_engine, encode):
 
     finished = loop.run_until_complete(scenario())
     assert finished["prio-urgent"] < max(finished[f"prio-queued{i}"] for i in range(8))
+
+
+def test_cli_shaping_knobs_are_validated_before_any_engine(capsys):
+    args = build_parser().parse_args(["bench", "rollout", "--shaping", "avg_redundancy=0.5"])
+    assert args.shaping == ["avg_redundancy=0.5"]
+    assert cmd_bench_rollout(args) == 2
+    assert "shaping.avg_redundancy" in capsys.readouterr().err
