@@ -112,8 +112,9 @@ class TrainerWorker:
             self._units += out.units
             self._loss_sum += out.loss.item()
             self._stats = merge_stats(self._stats, out.stats)
-        self._busy += time.monotonic() - t0
-        return time.monotonic() - t0
+        seconds = time.monotonic() - t0
+        self._busy += seconds
+        return seconds
 
     def finish_step(self) -> dict[str, float]:
         """Average the accumulated gradients over the global loss units, clip, step; returns the step's metrics."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from rl.config import RunConfig, load_config
-from rl.report import load_run, mean, series
+from rl.report import fmt, load_run, mean, series
 
 
 @dataclass(frozen=True)
@@ -107,17 +108,13 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"{r['steps_per_hour'] / base:.2f}×",
             f"{r['samples_per_hour']:.0f}",
             f"{r['accuracy_before']:.3f} → {r['accuracy_after']:.3f}",
-            _fmt(r["final_reward"]),
-            _fmt(r["trainer_idle_frac"], ".2f"),
-            _fmt(r["rollout_idle_frac"], ".2f"),
-            _fmt(r["waste_ratio"], ".2f"),
+            fmt(r["final_reward"]),
+            fmt(r["trainer_idle_frac"], ".2f"),
+            fmt(r["rollout_idle_frac"], ".2f"),
+            fmt(r["waste_ratio"], ".2f"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _fmt(value: float | None, spec: str = ".3f") -> str:
-    return "n/a" if value is None else format(value, spec)
 
 
 SMOOTHING = 10  # steps in the trailing mean drawn over the raw reward curves
@@ -139,7 +136,7 @@ def plot_curves(results: list[dict[str, Any]], out: Path) -> None:
     by_step, by_time = fig.subplots(1, 2, sharey=True)
     for i, r in enumerate(results):
         curve = r["curve"]
-        wall = [sum(curve["step_seconds"][: k + 1]) for k in range(len(curve["step_seconds"]))]
+        wall = list(accumulate(curve["step_seconds"]))
         rewards, smooth = curve["reward_mean"], moving_average(curve["reward_mean"], SMOOTHING)
         by_step.plot(curve["step"], rewards, color=f"C{i}", alpha=0.25)
         by_step.plot(curve["step"], smooth, color=f"C{i}", label=f"{r['name']} ({SMOOTHING}-step mean)")
