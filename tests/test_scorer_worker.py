@@ -75,8 +75,9 @@ def test_sart_prunes_through_the_scorer_actor(rollout_worker, tiny_model_dir, en
         cut = [n for n, why in zip(result.all_lengths, result.finish_reasons, strict=True) if why == "abort"]
         assert len(cut) == 3 and max(cut) < 48
         assert len(result.samples) == 2  # kept groups have exactly M samples (here truncated ones)
-        # the controller has no scores of its own: they all came from the actor, and they are log-probs
-        assert ray.get(scorer.stats.remote())["texts"] == result.scored >= 8
+        # the controller has no scores of its own: they all came from the actor, and they are log-probs; a tick scores
+        # the samples that have started, so how many were scored before the 3 prunes depends on the engine's pace
+        assert ray.get(scorer.stats.remote())["texts"] == result.scored >= 3
         assert all(s <= 0 for s in ray.get(scorer.score.remote(PROMPT, [s.text for s in result.samples])))
         # natural lengths: early stop plus the first completion scored remotely for phase 2
         result = group("sart-remote-eos", SamplingSpec(max_tokens=100, temperature=1.5))
