@@ -131,6 +131,10 @@ class TrainConfig(Strict):
     weight_decay: float = Field(default=0.0, ge=0)
     grad_clip: float = Field(default=1.0, gt=0)
     micro_batch_size: int = Field(default=64, ge=1)
+    # PPO mini-batch epochs: each train step makes ppo_epochs x mini_batches optimizer updates on its batch
+    # (verl's ppo_epochs / ppo_mini_batch_size); 1 x 1 = one update per batch
+    mini_batches: int = Field(default=1, ge=1)
+    ppo_epochs: int = Field(default=1, ge=1)
     threads: int = Field(default=1, ge=1)  # torch threads per trainer worker on CPU
     save_checkpoint: bool = True
     # periodic asynchrony (arXiv 2511.18871): with max_staleness=0 the trainer runs forward/backward on each
@@ -141,6 +145,10 @@ class TrainConfig(Strict):
     def _sync(self) -> TrainConfig:
         if self.max_staleness == 0 and self.sync_every != 1:
             raise ValueError("max_staleness=0 (on-policy) needs sync_every=1")
+        if self.mini_batches > self.batch_groups:
+            raise ValueError(f"mini_batches ({self.mini_batches}) must be <= batch_groups ({self.batch_groups})")
+        if self.periodic_async and self.mini_batches * self.ppo_epochs > 1:
+            raise ValueError("periodic_async makes one update per batch: it needs mini_batches=1 and ppo_epochs=1")
         return self
 
 
@@ -155,8 +163,9 @@ class AlgorithmConfig(Strict):
     norm_len: int | None = Field(default=None, ge=1)  # seq-mean-token-sum-norm divisor; None: rollout.max_tokens
     # coupled PPO (default): clip pi / pi_behaviour (vLLM's log-probs), a trust region around the policy that
     # sampled. Decoupled PPO: clip against the trainer's own log-probs at the start of the step and weight by
-    # w = pi_prox / pi_behaviour (truncated: tis, masked: mis). With one optimizer step per batch the decoupled
-    # clip is inactive (r = 1); on arith_tiny at max_staleness=4 coupled learned best (see the issue-6 note).
+    # w = pi_prox / pi_behaviour (truncated: tis, masked: mis). With one optimizer update per batch the decoupled
+    # clip is inactive (r = 1; train.mini_batches / ppo_epochs give several); on arith_tiny at max_staleness=4
+    # with one update coupled learned best (see the issue-6 note).
     decoupled: bool = False
     correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "none"
     correction_cap: float = Field(default=2.0, ge=1)

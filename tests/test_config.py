@@ -30,6 +30,8 @@ def test_bundled_recipe_loads_and_overrides_apply():
         ("algorithm.advantage=ppo", "algorithm.advantage", "Input should be"),
         ("algorithm.correction_cap=0.5", "algorithm.correction_cap", "greater than or equal to 1"),
         ("algorithm.clip_low=1.5", "algorithm.clip_low", "less than 1"),
+        ("train.mini_batches=99", "train", "mini_batches (99) must be <= batch_groups"),
+        ("train.ppo_epochs=0", "train.ppo_epochs", "greater than or equal to 1"),
     ],
 )
 def test_bad_values_name_the_field(override, path, message):
@@ -49,6 +51,8 @@ def test_periodic_asynchrony_needs_on_policy_and_group_local_advantages():
         load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "train.max_staleness=2"])
     with pytest.raises(ValidationError, match="must be group-local"):
         load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "algorithm.advantage=reinforce++"])
+    with pytest.raises(ValidationError, match="needs mini_batches=1 and ppo_epochs=1"):
+        load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "train.ppo_epochs=2"])
     cfg = load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "algorithm.advantage=rloo"])
     assert cfg.train.periodic_async and cfg.algorithm.advantage == "rloo"
 

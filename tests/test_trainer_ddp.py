@@ -1,5 +1,6 @@
 """Two trainer workers on gloo train data-parallel and match one worker on the whole batch."""
 
+import pytest
 import ray
 from rl.trainer.worker import TrainerSpec, TrainerWorker
 from synthetic import make_groups
@@ -7,7 +8,8 @@ from synthetic import make_groups
 from rl.actors import _free_port
 
 
-def test_two_gloo_workers_equal_one_worker(ray_session, tiny_model_dir):
+@pytest.mark.parametrize("split", ["interleaved", "one-rank-empty"])
+def test_two_gloo_workers_equal_one_worker(ray_session, tiny_model_dir, split):
     spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=3)
     groups = make_groups(6)
 
@@ -19,7 +21,8 @@ def test_two_gloo_workers_equal_one_worker(ray_session, tiny_model_dir):
     actor = ray.remote(num_cpus=1)(TrainerWorker)
     init = f"tcp://127.0.0.1:{_free_port()}"
     workers = [actor.remote(spec, rank, 2, init) for rank in range(2)]
-    shards = [groups[0::2], groups[1::2]]  # uneven micro-batch counts are fine: one all-reduce per step
+    # uneven micro-batch counts are fine (one all-reduce per step), and so is a rank with nothing on its first step
+    shards = [groups[0::2], groups[1::2]] if split == "interleaved" else [groups, []]
     ray.get([w.train_step.remote(shard) for w, shard in zip(workers, shards, strict=True)])
     sums = ray.get([w.parameter_checksum.remote() for w in workers])
     ray.get([w.shutdown.remote() for w in workers])

@@ -22,7 +22,10 @@ class TokenBatch:
         return int(self.response_mask.sum())
 
 
-def rows_of(groups: list[Group]) -> list[tuple[list[int], list[int], list[float], float]]:
+Row = tuple[list[int], list[int], list[float], float]  # prompt tokens, response tokens, behaviour log-probs, advantage
+
+
+def rows_of(groups: list[Group]) -> list[Row]:
     """(prompt tokens, response tokens, behaviour log-probs, advantage) for every kept sample."""
     return [
         (g.prompt_tokens, s.tokens, s.logprobs, a)
@@ -32,7 +35,7 @@ def rows_of(groups: list[Group]) -> list[tuple[list[int], list[int], list[float]
     ]
 
 
-def collate(rows: list[tuple[list[int], list[int], list[float], float]], pad_id: int) -> TokenBatch:
+def collate(rows: list[Row], pad_id: int) -> TokenBatch:
     """Right-pad rows into a ``TokenBatch``."""
     width = max(len(p) + len(r) for p, r, _, _ in rows)
     n = len(rows)

@@ -16,11 +16,30 @@ from dataclasses import dataclass, field
 import torch
 from rl.kernels.token_entropy import token_entropy
 from rl.kernels.token_logprobs import token_logprobs
-from rl.trainer.batching import TokenBatch, collate, rows_of
+from rl.trainer.batching import Row, TokenBatch, collate, rows_of
 
 from rl.losses import MAX_STATS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
 from rl.off_policy import ess_lr_scale
 from rl.types import Group
+
+
+@dataclass(frozen=True)
+class Update:
+    """One optimizer update: its loss, gradient norm, whether it was skipped, and its global loss-stat sums."""
+
+    loss: float
+    grad_norm: float
+    skipped: bool
+    totals: dict[str, float]
+
+
+def even_chunks(rows: list[Row], k: int) -> list[list[Row]]:
+    """``rows`` cut into ``k`` contiguous chunks whose sizes differ by at most one (some empty if ``k > len``)."""
+    base, extra = divmod(len(rows), k)
+    bounds = [0]
+    for i in range(k):
+        bounds.append(bounds[-1] + base + (i < extra))
+    return [rows[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
 @dataclass(frozen=True)
@@ -32,6 +51,8 @@ class TrainerSpec:
     loss: LossSpec = field(default_factory=LossSpec)
     ess_lr_scaling: bool = False
     micro_batch_size: int = 64
+    mini_batches: int = 1  # optimizer updates per epoch over the batch (PPO mini-batches)
+    epochs: int = 1  # passes over the batch per train step (PPO epochs)
     threads: int = 1
     seed: int = 0
 
@@ -86,12 +107,19 @@ class TrainerWorker:
         loss units once every group of the step (on every rank) has been accumulated, so accumulating a batch
         in any split gives the same update as one call with the whole batch.
         """
+        return self._accumulate_rows(rows_of(groups))
+
+    def _micro_batches(self, rows: list[Row]) -> list[TokenBatch]:
+        size = self.spec.micro_batch_size
+        return [collate(rows[start : start + size], self.pad_id) for start in range(0, len(rows), size)]
+
+    def _accumulate_rows(self, rows: list[Row], proximal: list[torch.Tensor] | None = None) -> float:
+        """``accumulate`` on rows; ``proximal`` (one tensor per micro-batch) pins the decoupled clip's anchor to the
+        policy before the step's first update, otherwise the current parameters are the proximal policy."""
         t0 = time.monotonic()
         self.model.train()
         spec = self.spec.loss
-        rows = rows_of(groups)
-        for start in range(0, len(rows), self.spec.micro_batch_size):
-            batch = collate(rows[start : start + self.spec.micro_batch_size], self.pad_id)
+        for i, batch in enumerate(self._micro_batches(rows)):
             logprobs, entropy = self._forward(self.model, batch, entropy=spec.entropy_coef > 0)
             reference = None
             if self.reference is not None:
@@ -103,8 +131,7 @@ class TrainerWorker:
                 batch.advantages.to(self.device),
                 batch.response_mask.to(self.device),
                 spec,
-                # one optimizer step per batch: the parameters before it are exactly the proximal policy
-                proximal_logprobs=logprobs.detach(),
+                proximal_logprobs=logprobs.detach() if proximal is None else proximal[i],
                 ref_logprobs=reference,
                 entropy=entropy,
             )
@@ -119,6 +146,44 @@ class TrainerWorker:
     def finish_step(self) -> dict[str, float]:
         """Average the accumulated gradients over the global loss units, clip, step; returns the step's metrics."""
         t0 = time.monotonic()
+        update = self._update()
+        self.version += 1
+        seconds = self._busy + time.monotonic() - t0
+        self._reset_accumulation()
+        return self._metrics([update], seconds, epochs=1)
+
+    def train_step(self, groups: list[Group]) -> dict[str, float]:
+        """One training step on this rank's shard of the batch (every rank calls it together).
+
+        The shard's samples are cut into ``mini_batches`` contiguous chunks and each epoch makes one optimizer
+        update per chunk (PPO mini-batch epochs), so every rank makes the same number of updates; the weight
+        version advances once. With several updates the decoupled clip is anchored to the log-probs of the
+        policy before the first one (the proximal policy), computed once up front.
+        """
+        t0 = time.monotonic()
+        self.optimizer.zero_grad(set_to_none=False)
+        self._reset_accumulation()
+        rows = rows_of(groups)
+        chunks = even_chunks(rows, self.spec.mini_batches)
+        several = self.spec.mini_batches * self.spec.epochs > 1
+        proximal = [self._proximal(chunk) for chunk in chunks] if several and self.spec.loss.decoupled else None
+        updates = []
+        for _ in range(self.spec.epochs):
+            for c, chunk in enumerate(chunks):
+                self._accumulate_rows(chunk, proximal[c] if proximal else None)
+                updates.append(self._update())
+        self.version += 1
+        self._reset_accumulation()
+        return self._metrics(updates, time.monotonic() - t0, epochs=self.spec.epochs)
+
+    @torch.no_grad()
+    def _proximal(self, rows: list[Row]) -> list[torch.Tensor]:
+        """The current policy's log-probs of ``rows``, one tensor per micro-batch (the step's proximal policy)."""
+        self.model.eval()
+        return [self._logprobs(batch).float() for batch in self._micro_batches(rows)]
+
+    def _update(self) -> Update:
+        """One optimizer update from the accumulated gradients, divided by the global loss units; resets the sums."""
         totals = self._global_totals()
         units = totals.pop("units")
         loss = totals.pop("loss_sum") / max(units, 1.0)
@@ -135,25 +200,24 @@ class TrainerWorker:
         if not skipped:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=False)
-        self.version += 1
-        busy = self._busy + time.monotonic() - t0
-        self._reset_accumulation()
-        return {
-            "loss": loss,
-            "grad_norm": grad_norm,
-            "skipped_nonfinite": float(skipped),
-            **stats,
-            "tokens": totals.get("tokens", 0.0),
-            "seconds": busy,
-            "lr": self.optimizer.param_groups[0]["lr"],
-        }
+        self._stats, self._units, self._loss_sum = empty_stats(), 0.0, 0.0
+        return Update(loss, grad_norm, skipped, totals)
 
-    def train_step(self, groups: list[Group]) -> dict[str, float]:
-        """One optimizer step on this rank's shard of the batch (every rank calls it together)."""
-        self.optimizer.zero_grad(set_to_none=False)
-        self._reset_accumulation()
-        self.accumulate(groups)
-        return self.finish_step()
+    def _metrics(self, updates: list[Update], seconds: float, epochs: int) -> dict[str, float]:
+        """A step's metrics: loss and grad norm averaged over its updates, loss stats over all of their tokens."""
+        totals = empty_stats()
+        for u in updates:
+            totals = merge_stats(totals, u.totals)
+        return {
+            "loss": sum(u.loss for u in updates) / len(updates),
+            "grad_norm": sum(u.grad_norm for u in updates) / len(updates),
+            "skipped_nonfinite": float(sum(u.skipped for u in updates)),
+            **finalize_stats(totals),
+            "tokens": totals["tokens"] / epochs,
+            "seconds": seconds,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "updates": float(len(updates)),
+        }
 
     def _global_totals(self) -> dict[str, float]:
         """This step's loss units, loss sum and stats, summed (max for ``MAX_STATS``) over all ranks."""
@@ -170,6 +234,9 @@ class TrainerWorker:
     def _all_reduce_grads(self) -> None:
         if self.world_size == 1:
             return
+        for p in self.model.parameters():  # a rank that got no groups this step has no gradients yet
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads])
         torch.distributed.all_reduce(flat)
