@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 from rl.buffer import TrajectoryBuffer
@@ -70,9 +69,19 @@ def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:
         threads=t.threads,
         seed=cfg.seed,
     )
-    init = f"tcp://127.0.0.1:{_free_port()}" if t.num_workers > 1 else None
     actor = ray.remote(num_cpus=1, num_gpus=1.0 if _has_gpus() else 0.0)(TrainerWorker)
-    return [actor.remote(spec, rank, t.num_workers, init) for rank in range(t.num_workers)]
+    trainers = [actor.remote(spec, rank, t.num_workers) for rank in range(t.num_workers)]
+    if t.num_workers > 1:
+        form_process_group(trainers)
+    return trainers
+
+
+def form_process_group(trainers: list[Any]) -> None:
+    """Join the trainer actors into one process group meeting on rank 0's node (any node of the cluster)."""
+    import ray
+
+    init = ray.get(trainers[0].rendezvous_address.remote())
+    ray.get([t.join_process_group.remote(init) for t in trainers])
 
 
 def loss_spec(cfg: RunConfig) -> LossSpec:
@@ -116,9 +125,3 @@ def _has_gpus() -> bool:
     import ray
 
     return ray.cluster_resources().get("GPU", 0) > 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -7,7 +7,7 @@ from small_runs import small_run
 from rl.driver import run_training
 
 
-def test_rl_train_a_few_async_steps(ray_session, tiny_model_dir, tmp_path):
+def test_rl_train_a_few_async_data_parallel_steps(ray_session, tiny_model_dir, tmp_path):
     cfg = small_run(
         tmp_path,
         "e2e",
@@ -16,6 +16,8 @@ def test_rl_train_a_few_async_steps(ray_session, tiny_model_dir, tmp_path):
         "eval.num_problems=16",
         "eval.every=2",
         "train.save_checkpoint=true",
+        "train.num_workers=2",  # data parallel: two trainer actors in one process group
+        "train.mini_batches=2",
     )
     summary = run_training(cfg)
 
@@ -35,6 +37,7 @@ def test_rl_train_a_few_async_steps(ray_session, tiny_model_dir, tmp_path):
         assert r["staleness_max"] <= 1  # admission control bounds staleness
         assert r["weight_sync_s"] > 0
         assert r["samples_launched"] == 4 * 4
+        assert r["updates"] == 2  # each rank's 2 groups as 2 mini-batches
     assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 2, 4]
     assert (tmp_path / "e2e" / "checkpoint" / "model.safetensors").exists()
     assert any((tmp_path / "e2e" / "tb").iterdir())

@@ -5,7 +5,7 @@ import ray
 from rl.trainer.worker import TrainerSpec, TrainerWorker
 from synthetic import make_groups
 
-from rl.actors import _free_port
+from rl.actors import form_process_group
 
 
 @pytest.mark.parametrize("split", ["interleaved", "one-rank-empty"])
@@ -19,8 +19,8 @@ def test_two_gloo_workers_equal_one_worker(ray_session, tiny_model_dir, split):
     initial = TrainerWorker(spec).parameter_checksum()
 
     actor = ray.remote(num_cpus=1)(TrainerWorker)
-    init = f"tcp://127.0.0.1:{_free_port()}"
-    workers = [actor.remote(spec, rank, 2, init) for rank in range(2)]
+    workers = [actor.remote(spec, rank, 2) for rank in range(2)]
+    form_process_group(workers)  # meets on rank 0's node address, as multi-node runs do
     # uneven micro-batch counts are fine (one all-reduce per step), and so is a rank with nothing on its first step
     shards = [groups[0::2], groups[1::2]] if split == "interleaved" else [groups, []]
     ray.get([w.train_step.remote(shard) for w, shard in zip(workers, shards, strict=True)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 
@@ -58,7 +59,7 @@ class TrainerSpec:
 
 
 class TrainerWorker:
-    def __init__(self, spec: TrainerSpec, rank: int = 0, world_size: int = 1, init_method: str | None = None) -> None:
+    def __init__(self, spec: TrainerSpec, rank: int = 0, world_size: int = 1) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.spec, self.rank, self.world_size = spec, rank, world_size
@@ -77,9 +78,22 @@ class TrainerWorker:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
         self.version = 0
         self._reset_accumulation()
-        if world_size > 1:
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            torch.distributed.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
+
+    def rendezvous_address(self) -> str:
+        """A ``tcp://IP:PORT`` on this worker's node where the process group can meet (asked of rank 0)."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return f"tcp://{ray.util.get_node_ip_address()}:{port}"
+
+    def join_process_group(self, init_method: str) -> None:
+        """Join the data-parallel group (gloo on CPU, NCCL on GPU); every rank calls it at once."""
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        torch.distributed.init_process_group(
+            backend, init_method=init_method, rank=self.rank, world_size=self.world_size
+        )
 
     def _autocast(self):
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
