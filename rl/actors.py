@@ -33,7 +33,8 @@ def start_ray(cfg: RunConfig) -> bool:
     return True
 
 
-def start_rollout_workers(cfg: RunConfig, model_dir: str) -> list[Any]:
+def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None = None) -> list[Any]:
+    """One rollout worker actor per index (default: ``rollout.num_workers`` of them); the index picks the CPU bind."""
     spec = EngineSpec(
         model=model_dir,
         dtype=cfg.model.dtype,
@@ -49,7 +50,8 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str) -> list[Any]:
     binds = cfg.rollout.cpu_threads_bind or [None] * cfg.rollout.num_workers
     gpus = 1.0 if _has_gpus() else 0.0
     actor = remote_rollout_worker(num_cpus=1, num_gpus=gpus)
-    return [actor.remote(spec, binds[i % len(binds)]) for i in range(cfg.rollout.num_workers)]
+    indices = range(cfg.rollout.num_workers) if indices is None else indices
+    return [actor.remote(spec, binds[i % len(binds)]) for i in indices]
 
 
 def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:

@@ -60,6 +60,9 @@ class RolloutConfig(Strict):
     # "resubmit" (abort, then continue prompt + partial response with the new weights, AReaL/slime style)
     partial_rollouts: Literal["keep", "resubmit"] = "keep"
     max_num_seqs: int | None = Field(default=None, ge=1)  # vLLM's cap on running sequences; None: its default
+    # dead rollout workers replaced per run (a new actor and engine, loaded with the current weights); cpu weight
+    # transport only (a native NCCL group cannot take a new member mid-run)
+    max_restarts: int = Field(default=1, ge=0)
     seed: int = 0
 
 

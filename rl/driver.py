@@ -49,6 +49,7 @@ class RunCounters:
 
     rollout_errors: int = 0
     dead_workers: int = 0
+    restarted_workers: int = 0
     zero_variance_admitted: int = 0  # dynamic sampling's cap was hit: trained on anyway
     dropped_groups: dict[str, int] = field(default_factory=dict)
     reward_failures: dict[str, int] = field(default_factory=dict)
@@ -93,6 +94,8 @@ class Driver:
         )
         self.workers = start_rollout_workers(cfg, self.model_dir)
         self.live = list(self.workers)  # rollout workers still answering; a dead one is removed, the run goes on
+        self.restarting = 0  # replacements being started
+        self.background: set[asyncio.Task] = set()
         self.scorer = start_scorer(cfg, self.model_dir) if cfg.shaping.scorer_worker else None
         self.trainers = start_trainers(cfg, self.model_dir)
         self.buffer = start_buffer(cfg)
@@ -130,6 +133,7 @@ class Driver:
                 "buffer": await self.buffer.stats.remote(),
                 "rollout_errors": self.counters.rollout_errors,
                 "dead_workers": self.counters.dead_workers,
+                "restarted_workers": self.counters.restarted_workers,
                 "zero_variance_admitted": self.counters.zero_variance_admitted,
                 "dropped_groups": self.counters.dropped_groups,
                 "reward_failures": self.counters.reward_failures,
@@ -141,6 +145,8 @@ class Driver:
             )
             return summary
         finally:
+            for task in self.background:  # a replacement still starting when the run ends
+                task.cancel()
             self.logger.close()
             self.rewards.close()
             await asyncio.gather(*[w.shutdown.remote() for w in self.workers], return_exceptions=True)
@@ -158,7 +164,9 @@ class Driver:
             plans = self.policy.plan([row.prompt_id for row in chunk])
             for row, plan in zip(chunk, plans, strict=True):
                 await self.admission.acquire()
-                if not self.live:  # every rollout worker died; the trainer side stops the run
+                while not self.live and self.restarting:  # every worker died; wait for a replacement
+                    await asyncio.sleep(0.2)
+                if not self.live:  # every rollout worker died for good; the trainer side stops the run
                     return
                 task = asyncio.create_task(self.produce_group(self.live[next(turns) % len(self.live)], row, plan))
                 in_flight.add(task)
@@ -197,14 +205,41 @@ class Driver:
             await self.admission.finish(accepted)
 
     def _lost(self, worker: Any) -> None:
-        """A rollout worker died: route new groups to the others; with none left, stop the run cleanly."""
+        """A rollout worker died: route new groups to the others and start a replacement while restarts are left;
+        with no worker left and none coming, stop the run cleanly."""
         if worker in self.live:
             self.live.remove(worker)
             self.counters.dead_workers += 1
             log.error("a rollout worker died; %d left", len(self.live))
-        if not self.live:
+            restartable = self.cfg.weight_sync.transport == "cpu"
+            if restartable and self.counters.dead_workers <= self.cfg.rollout.max_restarts:
+                self.restarting += 1
+                task = asyncio.create_task(self._restart())
+                self.background.add(task)
+                task.add_done_callback(self.background.discard)
+        if not self.live and not self.restarting:
             log.error("no rollout worker left; stopping")
             self.stopping.set()
+
+    async def _restart(self) -> None:
+        """Start a replacement rollout worker, load the current weights into it, then put it in the rotation."""
+        try:
+            (worker,) = start_rollout_workers(self.cfg, self.model_dir, range(len(self.workers), len(self.workers) + 1))
+            self.workers.append(worker)  # shut down with the others whatever happens next
+            loaded = None
+            while loaded != self.version:  # a sync may land while this one loads: then load again
+                loaded = self.version
+                await worker.load_weights.remote(self.trainers[0].weights_for_sync.remote(), loaded, False)
+            self.live.append(worker)
+            self.counters.restarted_workers += 1
+            log.warning("a replacement rollout worker joined at version %d; %d live", loaded, len(self.live))
+        except Exception as e:
+            log.error("restarting a rollout worker failed: %s", e)
+        finally:
+            self.restarting -= 1
+            if not self.live and not self.restarting:
+                log.error("no rollout worker left; stopping")
+                self.stopping.set()
 
     async def _score(self, row: PromptRow, prompt_tokens: list[int], result: Any) -> Group | None:
         samples = result.samples
