@@ -214,17 +214,18 @@ class Driver:
             restartable = self.cfg.weight_sync.transport == "cpu"
             if restartable and self.counters.dead_workers <= self.cfg.rollout.max_restarts:
                 self.restarting += 1
-                task = asyncio.create_task(self._restart())
+                task = asyncio.create_task(self._restart(self.workers.index(worker)))
                 self.background.add(task)
                 task.add_done_callback(self.background.discard)
         if not self.live and not self.restarting:
             log.error("no rollout worker left; stopping")
             self.stopping.set()
 
-    async def _restart(self) -> None:
-        """Start a replacement rollout worker, load the current weights into it, then put it in the rotation."""
+    async def _restart(self, index: int) -> None:
+        """Start a replacement for rollout worker ``index`` (same CPU bind), load the current weights into it, then
+        put it in the rotation."""
         try:
-            (worker,) = start_rollout_workers(self.cfg, self.model_dir, range(len(self.workers), len(self.workers) + 1))
+            (worker,) = start_rollout_workers(self.cfg, self.model_dir, range(index, index + 1))
             self.workers.append(worker)  # shut down with the others whatever happens next
             loaded = None
             while loaded != self.version:  # a sync may land while this one loads: then load again
