@@ -217,9 +217,7 @@ class Driver:
                 task = asyncio.create_task(self._restart(self.workers.index(worker)))
                 self.background.add(task)
                 task.add_done_callback(self.background.discard)
-        if not self.live and not self.restarting:
-            log.error("no rollout worker left; stopping")
-            self.stopping.set()
+        self._stop_if_no_worker_left()
 
     async def _restart(self, index: int) -> None:
         """Start a replacement for rollout worker ``index`` (same CPU bind), load the current weights into it, then
@@ -238,9 +236,12 @@ class Driver:
             log.error("restarting a rollout worker failed: %s", e)
         finally:
             self.restarting -= 1
-            if not self.live and not self.restarting:
-                log.error("no rollout worker left; stopping")
-                self.stopping.set()
+            self._stop_if_no_worker_left()
+
+    def _stop_if_no_worker_left(self) -> None:
+        if not self.live and not self.restarting:
+            log.error("no rollout worker left; stopping")
+            self.stopping.set()
 
     async def _score(self, row: PromptRow, prompt_tokens: list[int], result: Any) -> Group | None:
         samples = result.samples

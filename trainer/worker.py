@@ -121,19 +121,19 @@ class TrainerWorker:
         loss units once every group of the step (on every rank) has been accumulated, so accumulating a batch
         in any split gives the same update as one call with the whole batch.
         """
-        return self._accumulate_rows(rows_of(groups))
+        return self._accumulate(self._micro_batches(rows_of(groups)))
 
     def _micro_batches(self, rows: list[Row]) -> list[TokenBatch]:
         size = self.spec.micro_batch_size
         return [collate(rows[start : start + size], self.pad_id) for start in range(0, len(rows), size)]
 
-    def _accumulate_rows(self, rows: list[Row], proximal: list[torch.Tensor] | None = None) -> float:
-        """``accumulate`` on rows; ``proximal`` (one tensor per micro-batch) pins the decoupled clip's anchor to the
-        policy before the step's first update, otherwise the current parameters are the proximal policy."""
+    def _accumulate(self, batches: list[TokenBatch], proximal: list[torch.Tensor] | None = None) -> float:
+        """``accumulate`` on micro-batches; ``proximal`` (one tensor per micro-batch) pins the decoupled clip's anchor
+        to the policy before the step's first update, otherwise the current parameters are the proximal policy."""
         t0 = time.monotonic()
         self.model.train()
         spec = self.spec.loss
-        for i, batch in enumerate(self._micro_batches(rows)):
+        for i, batch in enumerate(batches):
             logprobs, entropy = self._forward(self.model, batch, entropy=spec.entropy_coef > 0)
             reference = None
             if self.reference is not None:
@@ -177,27 +177,27 @@ class TrainerWorker:
         t0 = time.monotonic()
         self.optimizer.zero_grad(set_to_none=False)
         self._reset_accumulation()
-        rows = rows_of(groups)
-        chunks = even_chunks(rows, self.spec.mini_batches)
+        # collated once: every epoch (and the proximal pass) sees the same micro-batches
+        chunks = [self._micro_batches(rows) for rows in even_chunks(rows_of(groups), self.spec.mini_batches)]
         several = self.spec.mini_batches * self.spec.epochs > 1
-        proximal = [self._proximal(chunk) for chunk in chunks] if several and self.spec.loss.decoupled else None
+        proximal = [self._proximal(batches) for batches in chunks] if several and self.spec.loss.decoupled else None
         updates = []
         for _ in range(self.spec.epochs):
-            for c, chunk in enumerate(chunks):
-                self._accumulate_rows(chunk, proximal[c] if proximal else None)
+            for c, batches in enumerate(chunks):
+                self._accumulate(batches, proximal[c] if proximal else None)
                 updates.append(self._update())
+                self._reset_accumulation()
         self.version += 1
-        self._reset_accumulation()
         return self._metrics(updates, time.monotonic() - t0, epochs=self.spec.epochs)
 
     @torch.no_grad()
-    def _proximal(self, rows: list[Row]) -> list[torch.Tensor]:
-        """The current policy's log-probs of ``rows``, one tensor per micro-batch (the step's proximal policy)."""
+    def _proximal(self, batches: list[TokenBatch]) -> list[torch.Tensor]:
+        """The current policy's log-probs of each micro-batch (the step's proximal policy)."""
         self.model.eval()
-        return [self._logprobs(batch).float() for batch in self._micro_batches(rows)]
+        return [self._logprobs(batch).float() for batch in batches]
 
     def _update(self) -> Update:
-        """One optimizer update from the accumulated gradients, divided by the global loss units; resets the sums."""
+        """One optimizer update from the accumulated gradients, divided by the global loss units."""
         totals = self._global_totals()
         units = totals.pop("units")
         loss = totals.pop("loss_sum") / max(units, 1.0)
@@ -214,7 +214,6 @@ class TrainerWorker:
         if not skipped:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=False)
-        self._stats, self._units, self._loss_sum = empty_stats(), 0.0, 0.0
         return Update(loss, grad_norm, skipped, totals)
 
     def _metrics(self, updates: list[Update], seconds: float, epochs: int) -> dict[str, float]:
