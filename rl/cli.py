@@ -201,13 +201,44 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_cost_model(args: argparse.Namespace) -> int:
+    from rl.bench.cost_model import DecodeProfile, replay_runs
+    from rl.bench.summary import build_summary, markdown
+
+    path = args.result / "bench_rollout.json" if args.result.is_dir() else args.result
+    if not path.exists():
+        print(f"no benchmark result at {path}: pass a run folder or its bench_rollout.json", file=sys.stderr)
+        return 2
+    try:
+        profile = DecodeProfile.load(args.profile)
+    except (OSError, KeyError, ValueError) as e:
+        print(f"cannot read decode profile {args.profile!r}: {e}", file=sys.stderr)
+        return 2
+    runs = replay_runs(json.loads(path.read_text())["runs"], profile)
+    table = markdown(build_summary(runs))
+    print(f"cost model: `{profile.model}` on {profile.device}, replaying {path}\n\n{table}")
+    if args.out:
+        Path(args.out).write_text(table)
+    return 0
+
+
 def cmd_bench_profile_decode(args: argparse.Namespace) -> int:
     from rl.bench.decode_profile import profile_decode
     from rl.models import resolve_model
 
     sizes = [int(b) for b in _csv(args.batch_sizes)]
     model_dir = resolve_model(args.model)
-    profile = profile_decode(model_dir, sizes, args.steps, args.device, model_name=args.model, threads=args.threads)
+    profile = profile_decode(
+        model_dir,
+        sizes,
+        args.steps,
+        args.device,
+        prompt_len=args.prompt_len,
+        model_name=args.model_name or args.model,
+        threads=args.threads,
+        random_weights=args.random_weights,
+        cuda_graph=args.cuda_graph,
+    )
     text = json.dumps(profile, indent=2)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -255,10 +286,23 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--out", type=Path, default=Path("runs/bench-train"), help="output directory")
     train.set_defaults(func=cmd_bench_train)
+    replay = bench.add_parser("cost-model", help="price a measured rollout benchmark with a device's decode profile")
+    replay.add_argument("result", type=Path, help="an `rl bench rollout` output folder or its bench_rollout.json")
+    replay.add_argument("--profile", required=True, help="decode profile JSON, or a shipped profile's name")
+    replay.add_argument("--out", help="also write the Markdown table here")
+    replay.set_defaults(func=cmd_bench_cost_model)
     decode = bench.add_parser("profile-decode", help="per-token decode latency by batch size (HF decode loop)")
     decode.add_argument("--model", default="builtin:arith-tiny", help="builtin:NAME or a local HF directory")
     decode.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256", help="comma list of batch sizes")
     decode.add_argument("--steps", type=int, default=32, help="timed decode steps per batch size")
+    decode.add_argument("--prompt-len", type=int, default=16, help="prompt tokens prefilled before decoding")
+    decode.add_argument(
+        "--random-weights", action="store_true", help="build the model from its config alone (latency only)"
+    )
+    decode.add_argument(
+        "--cuda-graph", action="store_true", help="replay a CUDA-graph-captured decode step (GPU; like vLLM)"
+    )
+    decode.add_argument("--model-name", help="the model's name in the profile (default: --model)")
     decode.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     decode.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
     decode.add_argument("--out", help="write the profile JSON here (it is printed either way)")

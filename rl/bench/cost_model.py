@@ -51,8 +51,9 @@ class DecodeProfile:
     def load(cls, path: str | Path) -> DecodeProfile:
         """Read a profile JSON by path, or by bare name from the shipped ``profiles/`` folder."""
         file = Path(path)
-        if not file.exists() and (PROFILES_DIR / f"{file.stem}.json").exists():
-            file = PROFILES_DIR / f"{file.stem}.json"
+        shipped = PROFILES_DIR / f"{file.name.removesuffix('.json')}.json"
+        if not file.exists() and shipped.exists():
+            file = shipped
         return cls.from_dict(json.loads(file.read_text()))
 
     def ptl(self, batch: float) -> float:
@@ -74,3 +75,17 @@ def batch_rollout_time(lengths: list[int], profile: DecodeProfile) -> float:
     if not lengths:
         return 0.0
     return rollout_time(lengths, profile.ptl)
+
+
+def replay_runs(runs: list[dict], profile: DecodeProfile) -> list[dict]:
+    """Copies of ``rl bench rollout``'s runs with ``model_time_to_batch_s`` recomputed under ``profile``.
+
+    Each run's measured samples (every launched sample's length, aborted ones at their partial length)
+    are replayed through the cost model, so one CPU measurement can be priced on any profiled device.
+    """
+    out = []
+    for run in runs:
+        lengths = [int(s["length"]) for s in run["samples"]]
+        metrics = {**run["metrics"], "model_time_to_batch_s": batch_rollout_time(lengths, profile)}
+        out.append({**run, "metrics": metrics})
+    return out

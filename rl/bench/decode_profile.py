@@ -24,26 +24,41 @@ def profile_decode(
     repeats: int = 3,
     model_name: str | None = None,
     threads: int | None = None,
+    random_weights: bool = False,
+    cuda_graph: bool = False,
 ) -> dict:
     """``{"device", "model", "batch_sizes", "per_token_latency_s", ...}``: the median of ``repeats`` timings.
 
     float32 on CPU, bfloat16 on a GPU. ``threads`` sets torch's CPU threads (on a small shared host one
-    thread matches vLLM's CPU engine, which binds its OpenMP threads to one core). Raises ``ValueError``
-    when prompt plus decode steps do not fit the model's positions.
+    thread matches vLLM's CPU engine, which binds its OpenMP threads to one core). ``random_weights`` builds
+    the model from ``model_dir``'s config alone (decode latency does not depend on weight values), so a
+    profile can be taken where the weights cannot be brought. Raises ``ValueError`` when prompt plus
+    decode steps do not fit the model's positions. ``cuda_graph`` (GPU only) replays one captured decode step
+    over a static KV cache, as vLLM's GPU engine does, so the latency is the GPU's rather than Python's
+    kernel-launch overhead.
     """
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     if threads:
         torch.set_num_threads(threads)
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    if random_weights:
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    model.eval()
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and prompt_len + warmup_steps + steps > limit:
         raise ValueError(f"prompt_len + warmup_steps + steps exceeds the model's {limit} positions")
+    if cuda_graph and not device.startswith("cuda"):
+        raise ValueError("cuda_graph needs a CUDA device")
     gen = torch.Generator().manual_seed(0)
+    timer = _graph_step_latency if cuda_graph else _step_latency
     latencies = [
-        statistics.median(_step_latency(model, b, prompt_len, warmup_steps, steps, device, gen) for _ in range(repeats))
+        statistics.median(timer(model, b, prompt_len, warmup_steps, steps, device, gen) for _ in range(repeats))
         for b in batch_sizes
     ]
     return {
@@ -51,12 +66,15 @@ def profile_decode(
         "model": model_name or model_dir,
         "batch_sizes": [int(b) for b in batch_sizes],
         "per_token_latency_s": latencies,
-        "method": "HF decode loop, greedy, use_cache=True",
+        "method": "HF decode step captured in a CUDA graph, static KV cache, greedy"
+        if cuda_graph
+        else "HF decode loop, greedy, use_cache=True",
         "steps": steps,
         "prompt_len": prompt_len,
         "dtype": str(dtype).removeprefix("torch."),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
+        "weights": "random (same config)" if random_weights else "pretrained",
     }
 
 
@@ -66,14 +84,51 @@ def _step_latency(model, batch: int, prompt_len: int, warmup: int, steps: int, d
 
     ids = torch.randint(0, model.config.vocab_size, (batch, prompt_len), generator=gen).to(device)
     with torch.inference_mode():
-        out = model(input_ids=ids, use_cache=True)
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
         start = 0.0
         for i in range(warmup + steps):
             if i == warmup:
                 _sync(device)
                 start = time.perf_counter()
             token = out.logits[:, -1:].argmax(-1)
-            out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
+            out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+        _sync(device)
+    return (time.perf_counter() - start) / steps
+
+
+def _graph_step_latency(model, batch: int, prompt_len: int, warmup: int, steps: int, device: str, gen) -> float:
+    """Seconds per decode step with ``batch`` sequences, one step captured once and replayed."""
+    import torch
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=prompt_len + warmup + steps + 4)
+    ids = torch.randint(0, model.config.vocab_size, (batch, prompt_len), generator=gen).to(device)
+    with torch.inference_mode():
+        positions = torch.arange(prompt_len, device=device)
+        out = model(input_ids=ids, past_key_values=cache, cache_position=positions, logits_to_keep=1)
+        token = out.logits[:, -1:].argmax(-1)
+        position = torch.tensor([prompt_len], device=device)
+
+        def step() -> torch.Tensor:
+            return model(input_ids=token, past_key_values=cache, cache_position=position, logits_to_keep=1).logits
+
+        side = torch.cuda.Stream()  # warm up off the capture stream, as torch's CUDA-graph notes advise
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = step()
+        start = 0.0
+        for i in range(warmup + steps):
+            if i == warmup:
+                _sync(device)
+                start = time.perf_counter()
+            graph.replay()
+            token.copy_(logits[:, -1:].argmax(-1))
+            position.add_(1)
         _sync(device)
     return (time.perf_counter() - start) / steps
 

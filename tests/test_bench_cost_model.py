@@ -1,0 +1,66 @@
+"""Replaying a measured rollout benchmark through a decode profile, and taking a profile from a config alone."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from rl.bench.cost_model import DecodeProfile, replay_runs
+from rl.bench.decode_profile import profile_decode
+from rl.cli import build_parser, cmd_bench_cost_model
+
+LINEAR = DecodeProfile("test", "test", (1, 3), (1.0, 3.0))  # PTL(b) = b seconds
+
+
+def _run(mode: str, lengths: list[int]) -> dict:
+    samples = [{"group": 0, "index": i, "length": n, "fate": "kept"} for i, n in enumerate(lengths)]
+    return {"mode": mode, "repeat": 0, "metrics": {"time_to_batch_s": 9.0}, "samples": samples}
+
+
+def test_replay_prices_every_launched_sample_and_keeps_the_measurements():
+    runs = [_run("plain", [6, 1, 3]), _run("sart", [2, 2, 5])]
+    replayed = replay_runs(runs, LINEAR)
+    # 3 running for 1 step, 2 for 2 more, 1 for 3 more: 3 + 4 + 3 = 10; then 3*2 + 1*3 = 9
+    assert [r["metrics"]["model_time_to_batch_s"] for r in replayed] == pytest.approx([10.0, 9.0])
+    assert all(r["metrics"]["time_to_batch_s"] == 9.0 for r in replayed)
+    assert "model_time_to_batch_s" not in runs[0]["metrics"], "the input runs are left as they were"
+
+
+def test_cost_model_command_prints_the_modelled_speed_up(tmp_path, capsys):
+    result = tmp_path / "bench_rollout.json"
+    result.write_text(json.dumps({"runs": [_run("plain", [6, 1, 3]), _run("sart", [2, 2, 5])]}))
+    profile = tmp_path / "linear.json"
+    profile.write_text(json.dumps({"device": "d", "model": "m", "batch_sizes": [1, 3], "per_token_latency_s": [1, 3]}))
+    args = build_parser().parse_args(["bench", "cost-model", str(tmp_path), "--profile", str(profile)])
+    assert args.func is cmd_bench_cost_model
+    assert args.func(args) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| sart"))
+    assert "| 9.000 | 1.11 |" in row  # plain 10 s / sart 9 s
+
+
+def test_cost_model_command_names_what_is_missing(tmp_path, capsys):
+    args = SimpleNamespace(result=tmp_path / "nothing", profile="h100_smollm2-135m", out=None)
+    assert cmd_bench_cost_model(args) == 2
+    assert "no benchmark result" in capsys.readouterr().err
+    (tmp_path / "bench_rollout.json").write_text(json.dumps({"runs": []}))
+    args = SimpleNamespace(result=tmp_path, profile=str(tmp_path / "no_profile.json"), out=None)
+    assert cmd_bench_cost_model(args) == 2
+    assert "cannot read decode profile" in capsys.readouterr().err
+
+
+def test_profile_from_config_alone(tiny_model_dir):
+    profile = profile_decode(
+        tiny_model_dir, [1, 2], steps=2, prompt_len=4, warmup_steps=1, repeats=1, threads=1, random_weights=True
+    )
+    assert profile["weights"] == "random (same config)" and profile["batch_sizes"] == [1, 2]
+    assert all(t > 0 for t in profile["per_token_latency_s"])
+    DecodeProfile.from_dict(profile)  # well-formed for the cost model
+    with pytest.raises(ValueError, match="cuda_graph needs a CUDA device"):
+        profile_decode(tiny_model_dir, [1], steps=1, prompt_len=4, cuda_graph=True)
+
+
+def test_shipped_gpu_profiles_grow_with_the_batch():
+    for name in ("h100_smollm2-135m", "h100_qwen2.5-math-7b"):
+        profile = DecodeProfile.load(name)
+        assert "H100" in profile.device
+        assert profile.ptl(512) > 2 * profile.ptl(1), name  # CUDA-graph decode: batch, not launches, sets the cost
