@@ -72,7 +72,9 @@ def _random_groups(vocab: int, groups: int, samples: int, prompt_len: int, max_l
     return out
 
 
-def train_step_timings(config_dir: str, groups: int, samples: int, max_len: int, micro_batch: int) -> dict:
+def train_step_timings(
+    config_dir: str, groups: int, samples: int, max_len: int, micro_batch: int, checkpointing: bool
+) -> dict:
     """Seconds per ``train_step`` (bf16 autocast, fp32 weights, AdamW) on random-weight copies of the model."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -81,7 +83,8 @@ def train_step_timings(config_dir: str, groups: int, samples: int, max_len: int,
         AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(config_dir)).save_pretrained(work)
         for f in Path(config_dir).glob("tokenizer*"):
             shutil.copy(f, work)
-        worker = TrainerWorker(TrainerSpec(model=str(work), lr=1e-6, micro_batch_size=micro_batch))
+        spec = TrainerSpec(model=str(work), lr=1e-6, micro_batch_size=micro_batch, gradient_checkpointing=checkpointing)
+        worker = TrainerWorker(spec)
         batch = _random_groups(worker.model.config.vocab_size, groups, samples, 64, max_len, seed=0)
         tokens = sum(len(g.prompt_tokens) + len(s.tokens) for g in batch for s in g.samples)
         worker.train_step(batch)
@@ -99,6 +102,7 @@ def train_step_timings(config_dir: str, groups: int, samples: int, max_len: int,
             "samples": samples,
             "tokens_per_step": tokens,
             "micro_batch_size": micro_batch,
+            "gradient_checkpointing": checkpointing,
             "step_s": step,
             "tokens_per_s": tokens / step,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
@@ -118,7 +122,10 @@ def main() -> None:
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "logprob_kernel": [logprob_kernel_timings(r, v) for r, v in [(4096, 49152), (16384, 49152), (8192, 151936)]],
-        "train_step": [train_step_timings(args.model_config, 16, 8, 512, mb) for mb in (16, 64)],
+        "train_step": [
+            train_step_timings(args.model_config, 16, 8, 512, mb, ckpt)
+            for mb, ckpt in [(16, False), (64, False), (64, True)]
+        ],
     }
     text = json.dumps(result, indent=2)
     if args.out:

@@ -228,17 +228,21 @@ def cmd_bench_profile_decode(args: argparse.Namespace) -> int:
 
     sizes = [int(b) for b in _csv(args.batch_sizes)]
     model_dir = resolve_model(args.model)
-    profile = profile_decode(
-        model_dir,
-        sizes,
-        args.steps,
-        args.device,
-        prompt_len=args.prompt_len,
-        model_name=args.model_name or args.model,
-        threads=args.threads,
-        random_weights=args.random_weights,
-        cuda_graph=args.cuda_graph,
-    )
+    try:
+        profile = profile_decode(
+            model_dir,
+            sizes,
+            args.steps,
+            args.device,
+            prompt_len=args.prompt_len,
+            model_name=args.model_name or args.model,
+            threads=args.threads,
+            random_weights=args.random_weights,
+            cuda_graph=args.cuda_graph,
+        )
+    except ValueError as e:
+        print(f"invalid profile options: {e}", file=sys.stderr)
+        return 2
     text = json.dumps(profile, indent=2)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

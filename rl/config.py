@@ -134,6 +134,9 @@ class TrainConfig(Strict):
     weight_decay: float = Field(default=0.0, ge=0)
     grad_clip: float = Field(default=1.0, gt=0)
     micro_batch_size: int = Field(default=64, ge=1)
+    # recompute each layer's activations in backward instead of keeping them (HF gradient checkpointing):
+    # less memory per micro-batch for about one more forward pass of compute
+    gradient_checkpointing: bool = False
     # PPO mini-batch epochs: each train step makes ppo_epochs x mini_batches optimizer updates on its batch
     # (verl's ppo_epochs / ppo_mini_batch_size); 1 x 1 = one update per batch
     mini_batches: int = Field(default=1, ge=1)

@@ -48,3 +48,17 @@ def test_nonfinite_loss_skips_the_step_and_keeps_weights(case):
     assert metrics["skipped_nonfinite"] == 1
     assert case.trainer.parameter_checksum() == before
     assert case.trainer.version == version + 1  # the step is counted, the update is not applied
+
+
+def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir):
+    import torch
+    from synthetic import make_groups
+
+    groups = make_groups(4, seed=5)
+    plain = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3))
+    recompute = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3, gradient_checkpointing=True))
+    assert recompute.model.is_gradient_checkpointing and not plain.model.is_gradient_checkpointing
+    a, b = plain.train_step(groups), recompute.train_step(groups)
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-5) and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+    for (name, p), q in zip(plain.model.named_parameters(), recompute.model.parameters(), strict=True):
+        torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5, msg=name)

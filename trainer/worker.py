@@ -52,6 +52,7 @@ class TrainerSpec:
     loss: LossSpec = field(default_factory=LossSpec)
     ess_lr_scaling: bool = False
     micro_batch_size: int = 64
+    gradient_checkpointing: bool = False
     mini_batches: int = 1  # optimizer updates per epoch over the batch (PPO mini-batches)
     epochs: int = 1  # passes over the batch per train step (PPO epochs)
     threads: int = 1
@@ -69,6 +70,8 @@ class TrainerWorker:
         torch.manual_seed(spec.seed)
         self.model = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)
         self.model.config.use_cache = False
+        if spec.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.reference = None  # frozen initial policy, only when the loss has a KL term
         if spec.loss.kl_coef > 0:
             self.reference = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)

@@ -32,13 +32,16 @@ def profile_decode(
     float32 on CPU, bfloat16 on a GPU. ``threads`` sets torch's CPU threads (on a small shared host one
     thread matches vLLM's CPU engine, which binds its OpenMP threads to one core). ``random_weights`` builds
     the model from ``model_dir``'s config alone (decode latency does not depend on weight values), so a
-    profile can be taken where the weights cannot be brought. Raises ``ValueError`` when prompt plus
-    decode steps do not fit the model's positions. ``cuda_graph`` (GPU only) replays one captured decode step
-    over a static KV cache, as vLLM's GPU engine does, so the latency is the GPU's rather than Python's
-    kernel-launch overhead.
+    profile can be taken where the weights cannot be brought. ``cuda_graph`` (GPU only) replays one captured
+    decode step over a static KV cache, as vLLM's GPU engine does, so the latency is the GPU's rather than
+    Python's kernel-launch overhead. Raises ``ValueError`` for ``cuda_graph`` off a GPU and when prompt plus
+    decode steps do not fit the model's positions.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    if cuda_graph and not device.startswith("cuda"):
+        raise ValueError("cuda_graph needs a CUDA device")
 
     if threads:
         torch.set_num_threads(threads)
@@ -53,8 +56,6 @@ def profile_decode(
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and prompt_len + warmup_steps + steps > limit:
         raise ValueError(f"prompt_len + warmup_steps + steps exceeds the model's {limit} positions")
-    if cuda_graph and not device.startswith("cuda"):
-        raise ValueError("cuda_graph needs a CUDA device")
     gen = torch.Generator().manual_seed(0)
     timer = _graph_step_latency if cuda_graph else _step_latency
     latencies = [
