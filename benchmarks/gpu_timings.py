@@ -87,7 +87,10 @@ def train_step_timings(
         worker = TrainerWorker(spec)
         batch = _random_groups(worker.model.config.vocab_size, groups, samples, 64, max_len, seed=0)
         tokens = sum(len(g.prompt_tokens) + len(s.tokens) for g in batch for s in g.samples)
-        worker.train_step(batch)
+        try:
+            worker.train_step(batch)
+        except torch.cuda.OutOfMemoryError:
+            return {"micro_batch_size": micro_batch, "gradient_checkpointing": checkpointing, "out_of_memory": True}
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         times, metrics = [], {}
@@ -116,16 +119,23 @@ def train_step_timings(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model-config", required=True, help="folder with config.json and tokenizer files")
+    parser.add_argument("--max-len", type=int, default=512, help="longest response of the train-step batch")
+    parser.add_argument(
+        "--train-variants",
+        default="16,64,64+ckpt",
+        help="comma list of micro-batch sizes; '+ckpt' turns on gradient checkpointing",
+    )
+    parser.add_argument("--skip-kernels", action="store_true", help="time the train step only")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
+    variants = [(int(v.removesuffix("+ckpt")), v.endswith("+ckpt")) for v in args.train_variants.split(",")]
+    shapes = [] if args.skip_kernels else [(4096, 49152), (16384, 49152), (8192, 151936)]
     result = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
-        "logprob_kernel": [logprob_kernel_timings(r, v) for r, v in [(4096, 49152), (16384, 49152), (8192, 151936)]],
-        "train_step": [
-            train_step_timings(args.model_config, 16, 8, 512, mb, ckpt)
-            for mb, ckpt in [(16, False), (64, False), (64, True)]
-        ],
+        "model_config": json.loads((Path(args.model_config) / "config.json").read_text()),
+        "logprob_kernel": [logprob_kernel_timings(r, v) for r, v in shapes],
+        "train_step": [train_step_timings(args.model_config, 16, 8, args.max_len, mb, ck) for mb, ck in variants],
     }
     text = json.dumps(result, indent=2)
     if args.out:

@@ -10,6 +10,7 @@ Without gradients on CUDA the Triton kernel computes the forward in one pass ove
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
@@ -23,17 +24,19 @@ def token_logprobs_reference(logits: torch.Tensor, targets: torch.Tensor) -> tor
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-def _row_blocks(shape: torch.Size, block_elements: int) -> Iterator[tuple[int, slice]]:
-    """``(leading index, row slice)`` blocks covering a ``[R, V]`` or ``[B, R, V]`` tensor (index -1 for 2-D)."""
+def _row_blocks(shape: torch.Size, block_elements: int) -> Iterator[tuple]:
+    """Index tuples covering the rows of a ``[R, V]`` or ``[B, R, V]`` tensor, about ``block_elements`` each.
+
+    The same index selects the matching rows of any tensor with the same leading shape (targets, outputs).
+    """
+    if math.prod(shape) <= block_elements:
+        yield (...,)
+        return
     rows, vocab = shape[-2], shape[-1]
     step = max(1, block_elements // vocab)
-    for lead in range(shape[0]) if len(shape) == 3 else [-1]:
+    for lead in [()] if len(shape) == 2 else [(b,) for b in range(shape[0])]:
         for start in range(0, rows, step):
-            yield lead, slice(start, min(start + step, rows))
-
-
-def _block(t: torch.Tensor, lead: int, rows: slice) -> torch.Tensor:
-    return t[rows] if lead < 0 else t[lead, rows]
+            yield (*lead, slice(start, min(start + step, rows)))
 
 
 class ChunkedTokenLogprobs(torch.autograd.Function):
@@ -48,12 +51,12 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
             )
         out = torch.empty(targets.shape, dtype=torch.float32, device=logits.device)
         lse = torch.empty_like(out)
-        for lead, rows in _row_blocks(logits.shape, block_elements):
-            z = _block(logits, lead, rows).float()
+        for idx in _row_blocks(logits.shape, block_elements):
+            z = logits[idx].float()
             block_lse = torch.logsumexp(z, dim=-1)
-            _block(lse, lead, rows).copy_(block_lse)
-            picked = z.gather(-1, _block(targets, lead, rows).unsqueeze(-1)).squeeze(-1)
-            _block(out, lead, rows).copy_(picked - block_lse)
+            lse[idx].copy_(block_lse)
+            picked = z.gather(-1, targets[idx].unsqueeze(-1)).squeeze(-1)
+            out[idx].copy_(picked - block_lse)
         ctx.save_for_backward(logits, targets, lse)
         ctx.block_elements = block_elements
         return out
@@ -62,12 +65,12 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         logits, targets, lse = ctx.saved_tensors
         grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-        for lead, rows in _row_blocks(logits.shape, ctx.block_elements):
-            g = _block(grad_out, lead, rows).float().unsqueeze(-1)
-            softmax = torch.exp(_block(logits, lead, rows).float() - _block(lse, lead, rows).unsqueeze(-1))
+        for idx in _row_blocks(logits.shape, ctx.block_elements):
+            g = grad_out[idx].float().unsqueeze(-1)
+            softmax = torch.exp(logits[idx].float() - lse[idx].unsqueeze(-1))
             block_grad = softmax.mul_(-g)
-            block_grad.scatter_add_(-1, _block(targets, lead, rows).unsqueeze(-1), g)
-            _block(grad, lead, rows).copy_(block_grad)
+            block_grad.scatter_add_(-1, targets[idx].unsqueeze(-1), g)
+            grad[idx].copy_(block_grad)
         return grad, None, None
 
 

@@ -53,14 +53,20 @@ def test_pass_metrics_on_synthetic_records():
         SampleRecord(0, 1, 20, 0.0, 2.0, "kept", "length"),
         SampleRecord(0, 2, 5, 0.0, 0.5, "aborted", "abort"),
         SampleRecord(0, 3, 15, 0.0, 1.5, "discarded", "stop"),
+        SampleRecord(1, 0, 20, 0.0, 2.0, "kept", "length"),
+        SampleRecord(1, 1, 20, 0.0, 2.0, "kept", "length"),
+        SampleRecord(2, 0, 20, 0.0, 2.0, "discarded", "length"),
     ]
-    m = pass_metrics(records, 2.0, {"launched": 4, "kept": 2, "aborted": 1, "discarded": 1}, [1.0, 0.0])
+    m = pass_metrics(records[:4], 2.0, {"launched": 4, "kept": 2, "aborted": 1, "discarded": 1}, [1.0, 0.0])
     assert m["generated_tokens"] == 50 and m["kept_tokens"] == 30
     assert m["waste_ratio"] == pytest.approx(0.4)
     assert m["gen_tokens_per_s"] == pytest.approx(25.0) and m["kept_tokens_per_s"] == pytest.approx(15.0)
     assert m["longest_tokens_per_s"] == pytest.approx(10.0)  # 20 tokens in 2 s
     assert m["kept_len_max"] == 20 and m["len_max"] == 20 and m["truncated_kept"] == 1
     assert m["pruned"] == 0 and m["reward_mean"] == pytest.approx(0.5)
+    assert m["groups_at_cap"] == 1
+    # groups 0 and 1 kept truncated samples (group 1 two of them); group 2's truncated one was discarded
+    assert pass_metrics(records, 2.0, {}, [])["groups_at_cap"] == 2
 
 
 def _run(mode, repeat, seconds, tps, model=None):

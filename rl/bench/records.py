@@ -54,6 +54,8 @@ def pass_metrics(
         "waste_ratio": 1.0 - kept_tokens / generated if generated else 0.0,
         **{k: float(counts.get(k, 0)) for k in COUNT_KEYS},
         "truncated_kept": float(sum(r.finish_reason == "length" for r in kept)),
+        # groups that kept a truncated sample decoded to the cap: while there is one, the batch takes the full cap
+        "groups_at_cap": float(len({r.group for r in kept if r.finish_reason == "length"})),
         "longest_tokens_per_s": longest.length / max(longest.end - longest.start, 1e-9) if longest else 0.0,
         "reward_mean": float(np.mean(rewards)) if len(rewards) else float("nan"),
         "rewarded": float(len(rewards)),

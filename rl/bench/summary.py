@@ -123,12 +123,13 @@ def markdown(summary: dict) -> str:
             cells += [fmt(stats.get("model_time_to_batch_s"), 3)]
             cells += [fmt(rat[b][mode].get("model_speedup")) for b in bases]
         lines.append(_row(cells))
-    head2 = ["mode", "launched", "kept", "discarded", "aborted", "pruned", "truncated kept", "waste"]
+    head2 = ["mode", "launched", "kept", "discarded", "aborted", "pruned", "truncated kept", "groups at cap", "waste"]
     head2 += ["kept len p50/p90/p99/max", "all len p50/p90/p99/max", "reward", "scored"]
     lines += ["", _row(head2), _row(["---"] * len(head2))]
     for mode, stats in modes.items():
         counts = [fmt(stats.get(k), 0) for k in ("launched", "kept", "discarded", "aborted", "pruned")]
-        cells = [mode, *counts, fmt(stats.get("truncated_kept"), 0), fmt(stats.get("waste_ratio"), 3)]
+        cells = [mode, *counts, fmt(stats.get("truncated_kept"), 0), fmt(stats.get("groups_at_cap"), 0)]
+        cells += [fmt(stats.get("waste_ratio"), 3)]
         cells += [_lengths(stats, "kept_len"), _lengths(stats, "len")]
         cells += [fmt(stats.get("reward_mean"), 3), median(stats.get("rewarded"), 0)]
         lines.append(_row(cells))
