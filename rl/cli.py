@@ -147,9 +147,29 @@ def _csv(text: str) -> list[str]:
 
 def cmd_bench_rollout(args: argparse.Namespace) -> int:
     from rl.bench.rollout import RolloutBenchConfig, run_rollout_bench
-    from rl.config import apply_overrides
+    from rl.config import apply_overrides, load_config
 
-    options = {
+    def recipe_defaults() -> dict:
+        """With --recipe: its file and overrides, and its model and sampling as defaults for the bench's own."""
+        path = recipe_path(args.recipe)
+        run = load_config(path, args.set)
+        return {
+            "recipe": path,
+            "recipe_overrides": args.set,
+            "model": run.model.path,
+            "max_tokens": run.rollout.max_tokens,
+            "temperature": run.rollout.temperature,
+        }
+
+    defaults: dict | None = {}
+    if args.recipe:
+        defaults = checked_config(recipe_defaults)
+        if defaults is None:
+            return 2
+    elif args.set:
+        print("invalid benchmark options: --set overrides a recipe's keys and needs --recipe", file=sys.stderr)
+        return 2
+    given = {
         "model": args.model,
         "prompts": args.prompts,
         "m_keep": args.m_keep,
@@ -165,9 +185,10 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
         "cpu_threads_bind": args.cpu_bind,
         "plots": not args.no_plots,
     }
+    options = {**defaults, **{k: v for k, v in given.items() if v is not None}}
     try:
-        options["shaping"] = apply_overrides({}, args.shaping) or None
-        cfg = RolloutBenchConfig(**{k: v for k, v in options.items() if v is not None})
+        shaping = apply_overrides({}, args.shaping)
+        cfg = RolloutBenchConfig(**options, **({"shaping": shaping} if shaping else {}))
     except ValidationError as e:
         print(f"invalid benchmark options:\n{e}", file=sys.stderr)
         return 2
@@ -263,7 +284,11 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     rollout.add_argument("--repeats", type=int, help="timed passes per mode, each on new prompts (default 1)")
     rollout.add_argument("--seed", type=int, help="prompt seed of the first repeat (default 0)")
     rollout.add_argument("--out", type=Path, help="output directory (default runs/bench-rollout)")
-    rollout.add_argument("--dataset", choices=["arith", "longtail"], help="prompt set (default arith)")
+    rollout.add_argument("--dataset", choices=["arith", "longtail"], help="built-in prompt set (default arith)")
+    rollout.add_argument(
+        "--recipe", help="draw prompts, framing and rewards from a recipe's train split (model and sampling too)"
+    )
+    rollout.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a recipe override")
     rollout.add_argument("--reward", help="reward spec for kept samples, or 'none' (default: the dataset's)")
     rollout.add_argument(
         "--cost-model", help="decode profile JSON, or a shipped profile's name: add cost-model estimates"

@@ -117,6 +117,8 @@ def test_config_rejects_repeated_modes():
         RolloutBenchConfig(modes=["plain", "plain"])
     with pytest.raises(ValidationError):
         RolloutBenchConfig(modes=["fast"])
+    with pytest.raises(ValidationError, match="exclusive"):
+        RolloutBenchConfig(recipe="recipes/arith_tiny.yaml", dataset="arith")
     with pytest.raises(ValidationError, match="needs a scorer worker"):
         RolloutBenchConfig(shaping={"policy": "sart", "scorer": "lm-confidence", "alpha": -1.0})
 
@@ -131,6 +133,54 @@ def test_each_repeat_sends_its_own_prompts(tiny_model_dir):
     for batch in bench.batches:
         assert batch.tokens == [bench.encoder.encode(r.prompt) for r in batch.rows]
     assert bench.max_model_len() % 32 == 0 and bench.max_model_len() >= 48 + max(map(len, first.tokens))
+
+
+def test_recipe_prompt_source(tiny_model_dir):
+    from rl.bench.rollout import RolloutBench, RolloutBenchConfig
+    from rl.cli import recipe_path
+    from rl.config import load_config
+    from rl.data.source import dataset_rows
+
+    path = recipe_path("arith_tiny")
+    run = load_config(path, ["data.arith.seed=3"])
+    train = {r.prompt_id: r.prompt for r in dataset_rows(run.data, run.data.train_split)}
+    cfg = RolloutBenchConfig(recipe=path, recipe_overrides=["data.arith.seed=3"], prompts=5, repeats=2)
+    first, second = RolloutBench(cfg, tiny_model_dir).batches
+    for batch in (first, second):
+        assert len({r.prompt_id for r in batch.rows}) == 5
+        assert all(train[r.prompt_id] == r.prompt for r in batch.rows)  # the recipe's own rows, as it frames them
+    assert [r.prompt_id for r in first.rows] != [r.prompt_id for r in second.rows]
+    bench = RolloutBench(cfg, tiny_model_dir)
+    assert bench.reward_specs == [(f.fn, f.weight) for f in run.reward.functions]
+    assert RolloutBench(cfg.model_copy(update={"reward": "none"}), tiny_model_dir).reward_specs == []
+    with pytest.raises(ValueError, match="fewer than the"):
+        RolloutBench(cfg.model_copy(update={"prompts": len(train) + 1}), tiny_model_dir)
+
+
+def test_recipe_options_on_the_command_line(monkeypatch, capsys):
+    import rl.bench.rollout
+    from rl.cli import build_parser
+
+    seen = {}
+    monkeypatch.setattr(
+        rl.bench.rollout, "run_rollout_bench", lambda cfg: seen.setdefault("cfg", cfg) and {"table": ""}
+    )
+
+    def run(*argv: str) -> int:
+        args = build_parser().parse_args(["bench", "rollout", *argv])
+        return args.func(args)
+
+    assert run("--recipe", "arith_tiny", "--set", "rollout.max_tokens=20", "--prompts", "3") == 0
+    cfg = seen["cfg"]
+    assert cfg.recipe.stem == "arith_tiny" and cfg.recipe_overrides == ["rollout.max_tokens=20"]
+    assert cfg.model == "builtin:arith-tiny" and cfg.max_tokens == 20 and cfg.prompts == 3
+    assert run("--set", "rollout.max_tokens=20") == 2
+    assert "needs --recipe" in capsys.readouterr().err
+    assert run("--recipe", "no_such_recipe") == 2
+    assert run("--recipe", "arith_tiny", "--set", "train.lr=-1") == 2
+    assert "train.lr" in capsys.readouterr().err
+    assert run("--recipe", "arith_tiny", "--dataset", "longtail") == 2
+    assert "exclusive" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -217,3 +267,24 @@ def test_cli_shaping_knobs_are_validated_before_any_engine(capsys):
     assert args.shaping == ["avg_redundancy=0.5"]
     assert cmd_bench_rollout(args) == 2
     assert "shaping.avg_redundancy" in capsys.readouterr().err
+
+
+def test_real_bench_run_on_a_recipe(bench_engine, tmp_path):
+    from rl.bench.rollout import RolloutBenchConfig, run_rollout_bench_async
+    from rl.cli import recipe_path
+
+    loop, engine = bench_engine
+    cfg = RolloutBenchConfig(
+        recipe=recipe_path("arith_tiny"),
+        prompts=3,
+        m_keep=2,
+        max_tokens=24,
+        modes=["plain"],
+        out_dir=tmp_path,
+        plots=False,
+    )
+    result = loop.run_until_complete(run_rollout_bench_async(cfg, engine))
+    (run,) = result["runs"]
+    assert run["metrics"]["kept"] == 6 and run["metrics"]["rewarded"] == 6  # the recipe's arith_exact scored them
+    assert result["reward"] == "1×arith_exact"
+    assert "recipe `arith_tiny`" in (tmp_path / "bench_rollout.md").read_text()

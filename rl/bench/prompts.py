@@ -1,4 +1,4 @@
-"""Prompt sets for the rollout benchmark: procedural arithmetic, or a built-in long-tail set.
+"""Prompt sets for the rollout benchmark: procedural arithmetic, a built-in long-tail set, or a recipe's split.
 
 ``longtail`` depends on the model: a model without a chat template (the tiny arithmetic policy) gets
 arithmetic problems with mixed operand counts, beyond what it was warm-started on, so response lengths
@@ -65,3 +65,10 @@ def _chat_rows(count: int, seed: int) -> list[PromptRow]:
         suffix = f"-{n // len(order)}" if n >= len(order) else ""
         rows.append(PromptRow(f"longtail-{i}{suffix}", [{"role": "user", "content": text}], answer))
     return rows
+
+
+def sample_rows(rows: list[PromptRow], count: int, seed: int) -> list[PromptRow]:
+    """``count`` distinct rows drawn from ``rows`` with ``seed`` (a recipe's split as a benchmark prompt set)."""
+    if count > len(rows):
+        raise ValueError(f"the prompt set has {len(rows)} rows, fewer than the {count} prompts asked for")
+    return random.Random(seed).sample(rows, count)

@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rl.bench.cost_model import DecodeProfile, batch_rollout_time
-from rl.bench.prompts import Source, bench_rows, default_reward
+from rl.bench.prompts import Source, bench_rows, default_reward, sample_rows
 from rl.bench.records import SampleRecord, pass_metrics
 from rl.bench.summary import build_summary, markdown
-from rl.config import RolloutConfig, RunConfig, ShapingConfig
+from rl.config import RolloutConfig, RunConfig, ShapingConfig, load_config
+from rl.data.source import dataset_rows
 from rl.prompting import PromptEncoder
 from rl.rewards.pool import RewardPool
 from rl.rollout.group_runner import GroupResult, run_group
@@ -64,8 +65,10 @@ class RolloutBenchConfig(BaseModel):
     repeats: int = Field(1, ge=1)
     seed: int = 0
     out_dir: Path = Path("runs/bench-rollout")
-    dataset: Source = "arith"
-    reward: str | None = None  # reward spec for kept samples; None: the dataset's default; "none": skip
+    dataset: Source | None = None  # built-in prompt set (default arith); exclusive with recipe
+    recipe: Path | None = None  # prompts (framed as the recipe frames them) and rewards from this recipe's train split
+    recipe_overrides: list[str] = Field(default_factory=list)  # key.path=value applied to the recipe
+    reward: str | None = None  # reward spec for kept samples; None: the dataset's/recipe's; "none": skip
     shaping: ShapingConfig = Field(default_factory=ShapingConfig)
     cost_model: str | None = None  # decode profile JSON (path or shipped name) for the cost-model columns
     kv_cache_bytes: int | None = None  # CPU KV cache; None: enough for every launched sample
@@ -78,6 +81,12 @@ class RolloutBenchConfig(BaseModel):
         if len(set(modes)) != len(modes):
             raise ValueError(f"modes repeat: {modes}")
         return modes
+
+    @model_validator(mode="after")
+    def _one_prompt_source(self) -> RolloutBenchConfig:
+        if self.recipe is not None and self.dataset is not None:
+            raise ValueError("dataset and recipe are exclusive: the recipe brings its own dataset")
+        return self
 
     @field_validator("shaping")
     @classmethod
@@ -143,11 +152,19 @@ class RolloutBench:
         self.model_dir = model_dir
         self.encoder = PromptEncoder(model_dir)
         chat = self.encoder.tokenizer.chat_template is not None
-        self.batches: list[Batch] = []
-        for r in range(cfg.repeats):
-            rows = bench_rows(cfg.dataset, cfg.prompts, cfg.seed + r, chat)
-            self.batches.append(Batch(rows, [self.encoder.encode(row.prompt) for row in rows]))
-        self.reward_spec = cfg.reward or default_reward(cfg.dataset, chat)
+        if cfg.recipe is not None:
+            run = load_config(cfg.recipe, cfg.recipe_overrides)
+            pool = dataset_rows(run.data, run.data.train_split)
+            draws = [sample_rows(pool, cfg.prompts, cfg.seed + r) for r in range(cfg.repeats)]
+            default_specs = [(f.fn, f.weight) for f in run.reward.functions]
+        else:
+            source = cfg.dataset or "arith"
+            draws = [bench_rows(source, cfg.prompts, cfg.seed + r, chat) for r in range(cfg.repeats)]
+            default_specs = [(default_reward(source, chat), 1.0)]
+        self.batches = [Batch(rows, [self.encoder.encode(row.prompt) for row in rows]) for rows in draws]
+        self.reward_specs: list[tuple[str, float]] = (
+            [] if cfg.reward == "none" else [(cfg.reward, 1.0)] if cfg.reward else default_specs
+        )
         self.sampling = SamplingSpec(cfg.max_tokens, cfg.temperature)
         self.profile = DecodeProfile.load(cfg.cost_model) if cfg.cost_model else None
         self._pass_ids = itertools.count()
@@ -181,7 +198,7 @@ class RolloutBench:
             raise ValueError(f"prompts + max_tokens need max_model_len {self.max_model_len()}, engine has less")
         if any(m.endswith(TIE) for m in self.cfg.modes) and not engine.spec.priority_scheduling:
             raise ValueError("TIE modes need an engine with priority_scheduling=True")
-        pool = None if self.reward_spec == "none" else RewardPool([(self.reward_spec, 1.0)], 0, on_failure="drop")
+        pool = RewardPool(self.reward_specs, 0, on_failure="drop") if self.reward_specs else None
         runs = []
         try:
             for repeat, batch in enumerate(self.batches):
@@ -311,7 +328,7 @@ async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: VllmEngine | 
         "model_dir": bench.model_dir,
         "device": "cpu" if is_cpu_platform() else "gpu",
         "engine": {"max_model_len": engine.spec.max_model_len, "kv_cache_bytes": engine.spec.kv_cache_bytes},
-        "reward": bench.reward_spec,
+        "reward": " + ".join(f"{w:g}×{fn}" for fn, w in bench.reward_specs) or "none",
         "profile": None if bench.profile is None else {"device": bench.profile.device, "model": bench.profile.model},
         "summary": summary,
         "table": markdown(summary),
@@ -338,10 +355,17 @@ def write_outputs(result: dict, cfg: RolloutBenchConfig) -> None:
     (out / "bench_rollout.json").write_text(json.dumps(result, indent=1))
     c = cfg
     header = (
-        f"# Rollout benchmark\n\nmodel `{c.model}`, dataset `{c.dataset}`, B={c.prompts} prompts, "
+        f"# Rollout benchmark\n\nmodel `{c.model}`, prompts from {_prompt_source(c)}, B={c.prompts} prompts, "
         f"M={c.m_keep} kept, max_tokens={c.max_tokens}, temperature={c.temperature}, "
         f"device {result['device']}, reward `{result['reward']}`"
     )
     if result["profile"]:
         header += f"; cost model: profile of `{result['profile']['model']}` on {result['profile']['device']}"
     (out / "bench_rollout.md").write_text(f"{header}\n\n{result['table']}")
+
+
+def _prompt_source(cfg: RolloutBenchConfig) -> str:
+    if cfg.recipe is not None:
+        overrides = f" with {' '.join(cfg.recipe_overrides)}" if cfg.recipe_overrides else ""
+        return f"recipe `{cfg.recipe.stem}`{overrides}"
+    return f"dataset `{cfg.dataset or 'arith'}`"
