@@ -11,7 +11,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def profile_decode(
@@ -57,9 +57,10 @@ def profile_decode(
     if limit is not None and prompt_len + warmup_steps + steps > limit:
         raise ValueError(f"prompt_len + warmup_steps + steps exceeds the model's {limit} positions")
     gen = torch.Generator().manual_seed(0)
-    timer = _graph_step_latency if cuda_graph else _step_latency
     latencies = [
-        statistics.median(timer(model, b, prompt_len, warmup_steps, steps, device, gen) for _ in range(repeats))
+        statistics.median(
+            _step_latency(model, b, prompt_len, warmup_steps, steps, device, gen, cuda_graph) for _ in range(repeats)
+        )
         for b in batch_sizes
     ]
     return {
@@ -79,59 +80,75 @@ def profile_decode(
     }
 
 
-def _step_latency(model, batch: int, prompt_len: int, warmup: int, steps: int, device: str, gen) -> float:
+def _step_latency(
+    model, batch: int, prompt_len: int, warmup: int, steps: int, device: str, gen, cuda_graph: bool
+) -> float:
     """Seconds per decode step with ``batch`` sequences (after ``warmup`` untimed steps)."""
     import torch
 
     ids = torch.randint(0, model.config.vocab_size, (batch, prompt_len), generator=gen).to(device)
     with torch.inference_mode():
-        out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        step = (
+            _GraphDecodeStep(model, ids, prompt_len + warmup + steps + 4)
+            if cuda_graph
+            else _eager_decode_step(model, ids)
+        )
         start = 0.0
         for i in range(warmup + steps):
             if i == warmup:
                 _sync(device)
                 start = time.perf_counter()
-            token = out.logits[:, -1:].argmax(-1)
-            out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+            step()
         _sync(device)
     return (time.perf_counter() - start) / steps
 
 
-def _graph_step_latency(model, batch: int, prompt_len: int, warmup: int, steps: int, device: str, gen) -> float:
-    """Seconds per decode step with ``batch`` sequences, one step captured once and replayed."""
-    import torch
-    from transformers import StaticCache
+def _eager_decode_step(model, ids) -> Callable[[], None]:
+    """Prefill ``ids``; the returned call decodes one greedy token per sequence with the dynamic KV cache."""
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
 
-    cache = StaticCache(config=model.config, max_cache_len=prompt_len + warmup + steps + 4)
-    ids = torch.randint(0, model.config.vocab_size, (batch, prompt_len), generator=gen).to(device)
-    with torch.inference_mode():
-        positions = torch.arange(prompt_len, device=device)
-        out = model(input_ids=ids, past_key_values=cache, cache_position=positions, logits_to_keep=1)
+    def step() -> None:
+        nonlocal out
         token = out.logits[:, -1:].argmax(-1)
-        position = torch.tensor([prompt_len], device=device)
+        out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
 
-        def step() -> torch.Tensor:
-            return model(input_ids=token, past_key_values=cache, cache_position=position, logits_to_keep=1).logits
+    return step
+
+
+class _GraphDecodeStep:
+    """Prefill ``ids`` into a static KV cache and capture one decode step in a CUDA graph; a call replays it and
+    feeds the greedy token back. The graph writes into the cache's memory, so this object keeps both alive."""
+
+    def __init__(self, model, ids, cache_len: int) -> None:
+        import torch
+        from transformers import StaticCache
+
+        self.cache = StaticCache(config=model.config, max_cache_len=cache_len)
+        prompt_len = ids.shape[1]
+        positions = torch.arange(prompt_len, device=ids.device)
+        out = model(input_ids=ids, past_key_values=self.cache, cache_position=positions, logits_to_keep=1)
+        self.token = out.logits[:, -1:].argmax(-1)
+        self.position = torch.tensor([prompt_len], device=ids.device)
+
+        def forward() -> torch.Tensor:
+            return model(
+                input_ids=self.token, past_key_values=self.cache, cache_position=self.position, logits_to_keep=1
+            ).logits
 
         side = torch.cuda.Stream()  # warm up off the capture stream, as torch's CUDA-graph notes advise
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                step()
+                forward()
         torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            logits = step()
-        start = 0.0
-        for i in range(warmup + steps):
-            if i == warmup:
-                _sync(device)
-                start = time.perf_counter()
-            graph.replay()
-            token.copy_(logits[:, -1:].argmax(-1))
-            position.add_(1)
-        _sync(device)
-    return (time.perf_counter() - start) / steps
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.logits = forward()
+
+    def __call__(self) -> None:
+        self.graph.replay()
+        self.token.copy_(self.logits[:, -1:].argmax(-1))
+        self.position.add_(1)
 
 
 def _sync(device: str) -> None:

@@ -154,8 +154,8 @@ class RolloutBench:
         chat = self.encoder.tokenizer.chat_template is not None
         if cfg.recipe is not None:
             run = load_config(cfg.recipe, cfg.recipe_overrides)
-            pool = dataset_rows(run.data, run.data.train_split)
-            draws = [sample_rows(pool, cfg.prompts, cfg.seed + r) for r in range(cfg.repeats)]
+            split = dataset_rows(run.data, run.data.train_split)
+            draws = [sample_rows(split, cfg.prompts, cfg.seed + r) for r in range(cfg.repeats)]
             default_specs = [(f.fn, f.weight) for f in run.reward.functions]
         else:
             source = cfg.dataset or "arith"
