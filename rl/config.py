@@ -75,10 +75,13 @@ class ShapingConfig(Strict):
     avg_redundancy: float = Field(default=1.5, ge=1.0)
     max_redundancy: float = Field(default=2.0, ge=1.0)
     long_slots: int = Field(default=1, ge=0)
+    # DARTS policies: long slots close once a running sample passes long_wait x the K-th short sample's length
+    # (keeping the longest finished by then); None waits for the group's last sample, as DARTS does
+    long_wait: float | None = Field(default=None, ge=1.0)
     warmup_steps: int = Field(default=0, ge=0)
     alpha: float = 0.3
     beta: int = Field(default=2, ge=0)
-    progress_every_s: float = Field(default=0.5, gt=0)  # how often SART looks at running samples
+    progress_every_s: float = Field(default=0.5, gt=0)  # how often SART (or long_wait) looks at running samples
     # vLLM request priority from the TIE score of the prompt's length model (DARTS policies only):
     # longest_first shortens the batch's makespan, shortest_first its mean latency
     priority: Literal["none", "longest_first", "shortest_first"] = "none"
@@ -117,6 +120,10 @@ class ShapingConfig(Strict):
                 f"scorer 'lm-confidence' scores are mean log-probs (<= 0), so alpha ({self.alpha}) > 0 would prune "
                 f"every sample beta allows; set alpha <= 0 (e.g. -2.0)"
             )
+
+    def watches_running(self, policy: str) -> bool:
+        """Whether ``policy``'s controllers look at running samples (SART pruning, a DARTS long-slot deadline)."""
+        return "sart" in policy or ("darts" in policy and self.long_wait is not None)
 
     @property
     def scorer_worker(self) -> bool:

@@ -68,7 +68,7 @@ class Driver:
         self.policy = make_policy(cfg.shaping.policy, **shaping_options(cfg))
         self.sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
         self.eval_sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.eval.temperature)  # 0 = greedy
-        self.progress_every_s = cfg.shaping.progress_every_s if "sart" in cfg.shaping.policy else 0.0
+        self.progress_every_s = cfg.shaping.progress_every_s if cfg.shaping.watches_running(cfg.shaping.policy) else 0.0
         self.group_ids = itertools.count()
         self.admission = AdmissionControl(cfg.train.batch_groups, cfg.train.max_staleness)
         self.counters = RunCounters()
@@ -419,6 +419,7 @@ def shaping_options(cfg: RunConfig) -> dict[str, Any]:
             max_tokens=cfg.rollout.max_tokens,
             priority=s.priority,
             tie_beta=s.tie_beta,
+            long_wait=s.long_wait,
         )
     if s.policy in ("sart", "darts+sart"):
         options.update(alpha=s.alpha, beta=s.beta, scorer="external" if s.scorer_worker else s.scorer)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rl.shaping.darts import DartsController, DartsPolicy
+from rl.shaping.darts import DartsPolicy
 from rl.shaping.policy import GroupPlan
 from rl.shaping.sart import SartController
 from rl.shaping.scorers import Scorer
@@ -12,7 +12,8 @@ class DartsSartPolicy:
     """DARTS's plans and dual-end selection, with SART's two-phase pruning on progress reports.
 
     Pruning never leaves fewer than M samples that can still complete, so the dual-end rule still
-    fills its K short and L long slots; it only has fewer middle samples to discard.
+    fills its K short and L long slots; it only has fewer middle samples to discard. DARTS's ``long_wait``
+    deadline, when set, is checked on the same progress reports.
     """
 
     def __init__(self, darts: DartsPolicy, scorer: Scorer, alpha: float = 0.5, beta: int = 2) -> None:
@@ -25,7 +26,7 @@ class DartsSartPolicy:
         return self.darts.plan(prompt_ids)
 
     def controller(self, plan: GroupPlan, prompt: str = "") -> SartController:
-        return SartController(DartsController(plan), self.scorer, self.alpha, self.beta, prompt)
+        return SartController(self.darts.controller(plan), self.scorer, self.alpha, self.beta, prompt)
 
     def observe(self, prompt_id: str, kept_lengths: list[int]) -> None:
         self.darts.observe(prompt_id, kept_lengths)

@@ -10,6 +10,12 @@ Selection rule of ``DartsController`` (K = M - L short slots, L long slots):
   lengths the earlier finisher counts as shorter (finish order is unique, so nothing is left to the index).
 * L == 0 (tail pruning, SART's early stop): once M non-truncated samples are kept, every sample still
   running is aborted and the group is done.
+* ``long_wait`` (optional; not in DARTS, papers.md §1.6 note 7): bounds the wait for the long slots. Once
+  the K short slots are full, the deadline is ``ceil(long_wait x`` the K-th short sample's length``)``
+  tokens. When a progress report shows a running sample at the deadline, the long slots close: the L
+  longest non-truncated samples finished so far (outside the short ones) are kept and every running
+  sample is aborted; if fewer than L have finished, each later finish is checked until L have (then the
+  rest is aborted), or the group settles as above. Without it the group waits for its last sample.
 * Truncated (``"length"``) samples are never kept while non-truncated ones can fill the group; aborted
   ones never are. Shortfall rule: if fewer than M non-truncated samples finish, all of them are kept and
   the group is filled up with truncated samples, shortest first (the same length/finish-order key); the
@@ -37,8 +43,13 @@ PriorityOrder = Literal["none", "longest_first", "shortest_first"]
 class DartsController:
     """Dual-end keep/discard/abort decisions for one group (rule in the module docstring)."""
 
-    def __init__(self, plan: GroupPlan) -> None:
+    def __init__(self, plan: GroupPlan, long_wait: float | None = None) -> None:
+        if long_wait is not None and long_wait < 1:
+            raise ValueError(f"long_wait must be >= 1, got {long_wait}")
         self.plan = plan
+        self.long_wait = long_wait
+        self._deadline: int | None = None  # tokens: the long slots close when a running sample reaches it
+        self._closing = False  # the deadline has passed: the next L long candidates close the group
         self._short_slots = plan.m_keep - plan.long_slots
         self._running: set[int] = set(range(plan.n_launch))
         self._stopped: dict[int, str] = {}  # index -> "abort" | "prune": told to stop, result unused
@@ -55,8 +66,8 @@ class DartsController:
 
     @property
     def prunable(self) -> bool:
-        """Never: DARTS decides on finish events only."""
-        return False
+        """Whether a progress report could close the long slots now (a deadline is set and not yet reached)."""
+        return self._deadline is not None and not self._closing and not self.done
 
     def is_running(self, index: int) -> bool:
         """Launched, not finished, and not told to stop."""
@@ -80,14 +91,23 @@ class DartsController:
         self._finished[index] = (sample, len(self._finished) + len(self._late))
         if sample.finish_reason == "stop" and len(self._short) < self._short_slots:
             self._short.append(index)
+            if len(self._short) == self._short_slots and self.long_wait is not None and self.plan.long_slots:
+                self._deadline = math.ceil(self.long_wait * sample.length)
         abort: list[int] = []
         if self.plan.long_slots == 0 and len(self._short) == self.plan.m_keep:
             abort = self._stop(self._running, "abort")
+        elif self._closing:
+            abort = self._close_long_slots()
         self._finalize_if_settled()
         return Decision(abort=abort, done=self.done)
 
     def on_progress(self, running: list[RunningSample]) -> Decision:
-        return Decision(done=self.done)
+        if not self.prunable or self._deadline is None:
+            return Decision(done=self.done)
+        if max((r.length for r in running if r.index in self._running), default=0) < self._deadline:
+            return Decision()
+        self._closing = True
+        return Decision(abort=self._close_long_slots(), done=self.done)
 
     def prune(self, indices: Iterable[int]) -> list[int]:
         """Mark running samples as pruned; returns those that were running (the ones to abort)."""
@@ -120,18 +140,27 @@ class DartsController:
             self._stopped[i] = reason
         return stopped
 
+    def _rest(self, reason: str) -> list[int]:
+        """Finished samples outside the short slots that ended with ``reason``, shortest first (ties: finish order)."""
+        short = set(self._short)
+        by_length = sorted((s.length, order, i) for i, (s, order) in self._finished.items() if i not in short)
+        return [i for _, _, i in by_length if self._finished[i][0].finish_reason == reason]
+
+    def _close_long_slots(self) -> list[int]:
+        """Past the deadline: if L long candidates have finished, keep the longest L and abort the rest."""
+        rest = self._rest("stop")
+        if len(rest) < self.plan.long_slots:
+            return []
+        self._final = self._short + rest[len(rest) - self.plan.long_slots :]
+        return self._stop(self._running, "abort")
+
     def _finalize_if_settled(self) -> None:
         if self._final is not None or self._running:
             return
-        short = set(self._short)
-        by_length = sorted(
-            ((s.length, order, i) for i, (s, order) in self._finished.items() if i not in short),
-        )
-        rest = [i for _, _, i in by_length if self._finished[i][0].finish_reason == "stop"]
+        rest = self._rest("stop")
         long = rest[len(rest) - min(self.plan.long_slots, len(rest)) :]
         need = self.plan.m_keep - len(self._short) - len(long)
-        truncated = [i for _, _, i in by_length if self._finished[i][0].finish_reason == "length"]
-        self._final = self._short + long + truncated[:need]
+        self._final = self._short + long + self._rest("length")[:need]
         self._shortfall = need
 
 
@@ -148,6 +177,9 @@ class DartsPolicy:
     (censored at ``max_tokens``, tail weight ``tie_beta``): ``longest_first`` to shorten the makespan,
     ``shortest_first`` to stream finished groups sooner. Unknown prompts use the average model; with no
     history at all every priority is 0.
+
+    ``long_wait`` bounds how long a group's long slots wait (``DartsController``); ``None`` waits for every
+    sample, as DARTS does.
     """
 
     def __init__(
@@ -162,6 +194,7 @@ class DartsPolicy:
         priority: PriorityOrder = "none",
         max_tokens: int | None = None,
         tie_beta: float = 0.1,
+        long_wait: float | None = None,
     ) -> None:
         self.m_keep = m_keep
         self.avg_redundancy = avg_redundancy
@@ -173,11 +206,14 @@ class DartsPolicy:
             raise ValueError(f"long_slots must be in [0, m_keep], got {long_slots}")
         if priority != "none" and max_tokens is None:
             raise ValueError("a TIE priority needs max_tokens (the censoring cap)")
+        if long_wait is not None and long_wait < 1:
+            raise ValueError(f"long_wait must be >= 1, got {long_wait}")
         self.long_slots = long_slots
         self.warmup_steps = warmup_steps
         self.priority = priority
         self.max_tokens = max_tokens
         self.tie_beta = tie_beta
+        self.long_wait = long_wait
         self.lengths = LengthStats(alpha=ema_alpha)
         self.steps = 0
 
@@ -199,7 +235,7 @@ class DartsPolicy:
         return plans
 
     def controller(self, plan: GroupPlan) -> DartsController:
-        return DartsController(plan)
+        return DartsController(plan, self.long_wait)
 
     def observe(self, prompt_id: str, kept_lengths: list[int]) -> None:
         self.lengths.observe(prompt_id, kept_lengths)

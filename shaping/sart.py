@@ -48,7 +48,7 @@ class SartController:
 
     @property
     def prunable(self) -> bool:
-        return not self.done and self._rule()[1] > 0
+        return not self.done and (self._rule()[1] > 0 or self.base.prunable)
 
     def on_finish(self, sample: FinishedSample) -> Decision:
         first = self.alpha_prime is None and sample.finish_reason == "stop" and self.base.is_running(sample.index)
@@ -60,16 +60,17 @@ class SartController:
     def on_progress(self, running: list[RunningSample]) -> Decision:
         if self.done:
             return Decision(done=True)
+        deadline = self.base.on_progress(running)  # the wrapped controller's long-slot deadline, if any
         threshold, cap = self._rule()
-        if cap <= 0:
-            return Decision()
+        if deadline.done or cap <= 0:
+            return deadline
         scores = {r.index: self._score(r) for r in running if self.base.is_running(r.index)}
         ranked = sorted((s, i) for i, s in scores.items() if s is not None)
         chosen = [i for s, i in ranked if s < threshold][:cap]
         pruned = self.base.prune(chosen)
         if self.alpha_prime is None:
             self._phase1_pruned += len(pruned)
-        return Decision(abort=pruned, done=self.done)
+        return Decision(abort=deadline.abort + pruned, done=self.done)
 
     def kept(self) -> list[int]:
         return self.base.kept()

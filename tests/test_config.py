@@ -24,6 +24,7 @@ def test_bundled_recipe_loads_and_overrides_apply():
         ("shaping.policy=fancy", "shaping.policy", "Input should be"),
         ("rollout.temperature=-1", "rollout.temperature", "greater than 0"),
         ("shaping.long_slots=8", "shaping", "long_slots (8) must be < m_keep (8)"),
+        ("shaping.long_wait=0.5", "shaping.long_wait", "greater than or equal to 1"),
         ("weight_sync.transport=ipc", "weight_sync", "colocated on the same GPUs"),
         ("shaping.priority=longest_first", "shaping", "needs a DARTS policy"),
         ("algorithm.correction=tis-token", "algorithm", "needs decoupled: true"),
@@ -39,6 +40,14 @@ def test_bad_values_name_the_field(override, path, message):
         load_config(recipe_path("arith_tiny"), [override])
     text = str(err.value)
     assert path in text and message in text
+
+
+def test_which_policies_watch_running_samples():
+    plain = load_config(recipe_path("arith_tiny"), ["shaping.policy=darts"]).shaping
+    assert not plain.watches_running("darts") and plain.watches_running("sart")
+    bounded = load_config(recipe_path("arith_tiny"), ["shaping.policy=darts", "shaping.long_wait=2"]).shaping
+    assert bounded.watches_running("darts") and bounded.watches_running("darts+sart")
+    assert not bounded.watches_running("plain")
 
 
 def test_on_policy_needs_sync_every_step():

@@ -49,3 +49,26 @@ def test_early_stop_aborts_the_rest_and_frees_the_engine(rollout_worker, encode)
         if seen_abort:
             break
     assert seen_abort
+
+
+def test_long_wait_closes_the_long_slot_on_a_real_engine(rollout_worker, encode):
+    # launch 8, keep 3 (2 short + 1 long); the long slot closes once running samples pass the 2nd short's length
+    sampling = SamplingSpec(max_tokens=100, temperature=2.0)
+    seen_abort = False
+    for attempt in range(4):
+        controller = DartsController(GroupPlan(prompt_id="w", n_launch=8, m_keep=3, long_slots=1), long_wait=1.0)
+        result = ray.get(
+            rollout_worker.generate_group.remote(f"wait-{attempt}", encode("12*34+5="), sampling, controller, 0.02)
+        )
+        stats = result.controller_stats
+        assert len(result.samples) == 3
+        assert stats["kept"] + stats["discarded"] + stats["aborted"] + stats["pruned"] == stats["launched"] == 8
+        aborted = [n for n, why in zip(result.all_lengths, result.finish_reasons, strict=True) if why == "abort"]
+        kept = sorted(len(s.tokens) for s in result.samples)
+        # aborted samples stopped near the kept long sample's length, not at the longest member's
+        assert all(n <= kept[-1] + 8 for n in aborted)
+        assert ray.get(rollout_worker.stats.remote())["unfinished"] == 0
+        seen_abort |= bool(aborted)
+        if seen_abort:
+            break
+    assert seen_abort  # without long_wait a group with a long slot never aborts anything

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from rl.shaping.darts import DartsController, DartsPolicy
-from rl.shaping.policy import FinishedSample, GroupPlan
+from rl.shaping.policy import FinishedSample, GroupPlan, RunningSample
 
 STOP, LENGTH, ABORT = "stop", "length", "abort"
 
@@ -135,9 +135,108 @@ def test_tail_pruning_aborts_exactly_the_running_rest_at_m():
         finish(ctrl, 8, 1)
 
 
-def test_on_progress_never_aborts():
+def test_on_progress_never_aborts_without_long_wait():
     ctrl = DartsController(GroupPlan("p", n_launch=4, m_keep=2, long_slots=1))
-    assert ctrl.on_progress([]).abort == []
+    finish(ctrl, 0, 5)
+    assert not ctrl.prunable
+    assert ctrl.on_progress([RunningSample(i, 500) for i in (1, 2, 3)]).abort == []
+
+
+def progress(ctrl, length, indices):
+    return ctrl.on_progress([RunningSample(i, length) for i in indices])
+
+
+def test_long_wait_closes_the_long_slots_at_the_deadline():
+    ctrl = DartsController(GroupPlan("p", n_launch=8, m_keep=4, long_slots=1), long_wait=2.0)
+    for i, n in ((0, 10), (1, 12)):
+        finish(ctrl, i, n)
+    assert not ctrl.prunable  # no deadline before the K short slots are full
+    finish(ctrl, 2, 15)  # K = 3 short slots full: deadline 30 tokens
+    assert ctrl.prunable
+    finish(ctrl, 3, 20)
+    finish(ctrl, 4, 25)
+    assert progress(ctrl, 29, (5, 6, 7)).abort == []
+    decision = progress(ctrl, 30, (5, 6, 7))
+    assert decision.abort == [5, 6, 7] and decision.done
+    assert ctrl.kept() == [0, 1, 2, 4]  # 25 is the longest finished by the deadline; 20 is the middle
+    assert ctrl.stats() == {"launched": 8, "kept": 4, "discarded": 1, "aborted": 3, "pruned": 0, "shortfall": 0}
+    assert not ctrl.prunable
+
+
+def test_long_wait_with_no_candidate_takes_the_next_finisher():
+    ctrl = DartsController(GroupPlan("p", n_launch=6, m_keep=3, long_slots=1), long_wait=1.5)
+    finish(ctrl, 0, 10)
+    finish(ctrl, 1, 20)  # deadline 30
+    decision = progress(ctrl, 30, (2, 3, 4, 5))
+    assert decision.abort == [] and not decision.done and not ctrl.prunable
+    decision = finish(ctrl, 4, 41)
+    assert decision.abort == [2, 3, 5] and decision.done
+    assert ctrl.kept() == [0, 1, 4]
+
+
+def test_long_wait_past_the_cap_keeps_the_darts_rule():
+    lengths = [100, 512, 300, 200, 512, 150, 250]
+    ctrl = DartsController(GroupPlan("p", n_launch=7, m_keep=3, long_slots=1), long_wait=4.0)  # deadline 600
+    assert run_group(ctrl, lengths, cap=512) == []
+    assert ctrl.kept() == [0, 2, 5]
+
+
+def test_long_wait_below_one_is_refused():
+    with pytest.raises(ValueError, match="long_wait"):
+        DartsController(GroupPlan("p", n_launch=4, m_keep=2, long_slots=1), long_wait=0.5)
+    with pytest.raises(ValueError, match="long_wait"):
+        DartsPolicy(8, long_wait=0.9)
+
+
+def run_ticked(ctrl, lengths, cap):
+    """Decode step by step: after step t the samples of length t finish (by index), then a progress report
+    shows the rest at length t. Returns the step at which the group was done and the aborted indices."""
+    running, aborted, done_at = set(range(len(lengths))), [], None
+    for t in range(1, cap + 1):
+        for i in sorted(running):
+            if i in running and min(lengths[i], cap) == t:
+                running.discard(i)
+                decision = finish(ctrl, i, t, LENGTH if lengths[i] >= cap else STOP)
+                running -= set(decision.abort)
+                aborted += decision.abort
+        if running and ctrl.prunable:
+            decision = progress(ctrl, t, sorted(running))
+            running -= set(decision.abort)
+            aborted += decision.abort
+        if ctrl.done and done_at is None:
+            done_at = t
+        if not running:
+            break
+    for i in aborted:
+        finish(ctrl, i, 0, ABORT)
+    return done_at, aborted
+
+
+def test_simulated_long_wait_keeps_the_k_shortest_and_bounds_the_wait():
+    rng = np.random.default_rng(1)
+    cap = 1024
+    for _ in range(300):
+        m = int(rng.integers(2, 9))
+        n = int(rng.integers(m, 2 * m + 1))
+        long_slots = int(rng.integers(1, min(2, m - 1) + 1))
+        wait = float(rng.choice([1.0, 1.5, 2.0, 4.0]))
+        lengths = [int(x) for x in np.round(np.exp(rng.standard_t(3.5, size=n) * 0.8 + 5.5)).clip(1)]
+        ctrl = DartsController(GroupPlan("p", n, m, long_slots), long_wait=wait)
+        done_at, aborted = run_ticked(ctrl, lengths, cap)
+        kept, stats = ctrl.kept(), ctrl.stats()
+        assert len(kept) == m
+        assert stats["kept"] + stats["discarded"] + stats["aborted"] + stats["pruned"] == n
+        assert stats["aborted"] == len(aborted) and not set(kept) & set(aborted)
+        stopped = sorted((i for i in range(n) if lengths[i] < cap), key=lambda i: (lengths[i], i))
+        if len(stopped) < m:
+            continue
+        k = m - long_slots
+        short, rest = stopped[:k], stopped[k:]
+        deadline = int(np.ceil(wait * lengths[short[-1]]))
+        by_deadline = [i for i in rest if lengths[i] <= deadline]
+        long = by_deadline[len(by_deadline) - long_slots :] if len(by_deadline) >= long_slots else rest[:long_slots]
+        assert sorted(kept) == sorted(short + long)
+        assert done_at <= max(deadline, lengths[rest[long_slots - 1]])  # never waits past both
 
 
 def test_simulated_groups_keep_m_and_account_for_every_sample():

@@ -57,6 +57,13 @@ def test_composition_plans_like_darts_and_prunes_like_sart():
     assert ctrl.stats()["pruned"] == 1 and ctrl.stats()["aborted"] == 1
 
 
+def test_long_wait_reaches_the_controllers():
+    plan = make_policy("darts", 8, warmup_steps=0).plan(["q"])[0]
+    assert make_policy("darts", 8, long_wait=2.0).controller(plan).long_wait == 2.0
+    assert make_policy("darts+sart", 8, long_wait=1.5).controller(plan).base.long_wait == 1.5
+    assert make_policy("darts", 8).controller(plan).long_wait is None
+
+
 def _simulate(policy, laws, steps, rng):
     """Plan each step's batch, finish each group in length order, feed kept lengths back."""
     kept_lengths, generated, plans_seen = [], 0, []

@@ -198,3 +198,31 @@ def test_external_scorer_by_name():
     ctrl = policy.controller(policy.plan(["a"])[0])
     assert isinstance(ctrl, SartController) and isinstance(ctrl.scorer, ExternalScorer)
     assert ctrl.on_progress([RunningSample(0, 10, "anything")]).abort == []
+
+
+def test_a_darts_long_wait_deadline_closes_the_group_through_sart():
+    base = DartsController(GroupPlan("p", 6, 3, long_slots=1), long_wait=2.0)
+    ctrl = SartController(base, TableScorer(), alpha=0.3, beta=0)
+    assert not ctrl.prunable  # beta 0: phase 1 prunes nothing, and no deadline yet
+    ctrl.on_finish(FinishedSample(0, 10, "stop", text="0.9"))  # phase 2 at 0.9
+    ctrl.on_finish(FinishedSample(1, 15, "stop", text="0.9"))  # K = 2 short: deadline 30
+    ctrl.on_finish(FinishedSample(2, 22, "stop", text="0.9"))
+    assert base.prunable
+    decision = ctrl.on_progress([RunningSample(i, 30, "0.95") for i in (3, 4, 5)])
+    assert decision.abort == [3, 4, 5] and decision.done
+    assert ctrl.kept() == [0, 1, 2]
+    assert ctrl.stats()["aborted"] == 3 and ctrl.stats()["pruned"] == 0
+
+
+def test_pruning_and_the_deadline_abort_together():
+    base = DartsController(GroupPlan("p", 7, 3, long_slots=1), long_wait=1.0)
+    ctrl = SartController(base, TableScorer(), alpha=0.3, beta=2)
+    ctrl.on_finish(FinishedSample(0, 10, "stop", text="0.2"))  # phase 2 from here: threshold 0.2
+    ctrl.on_finish(FinishedSample(1, 12, "stop", text="0.5"))  # deadline 12
+    decision = ctrl.on_progress([RunningSample(i, 11, "0.1" if i == 6 else "0.9") for i in range(2, 7)])
+    assert decision.abort == [6] and not decision.done  # below the deadline: only the pruned one
+    ctrl.on_finish(FinishedSample(2, 12, "stop", text="0.9"))
+    decision = ctrl.on_progress([RunningSample(i, 12, "0.9") for i in (3, 4, 5)])
+    assert decision.abort == [3, 4, 5] and decision.done
+    assert ctrl.kept() == [0, 1, 2]
+    assert ctrl.stats() == {"launched": 7, "kept": 3, "discarded": 0, "aborted": 3, "pruned": 1, "shortfall": 0}

@@ -248,7 +248,8 @@ class RolloutBench:
         """All groups at once under ``policy`` (as ``RolloutWorker.generate_group`` runs them)."""
         rows = batch.rows
         plans = policy.plan([row.prompt_id for row in rows])
-        progress = self.cfg.shaping.progress_every_s if "sart" in mode else 0.0
+        shaping = self.cfg.shaping
+        progress = shaping.progress_every_s if shaping.watches_running(policy_name(mode)) else 0.0
         t0 = time.monotonic()
 
         async def group(g: int, plan: GroupPlan) -> tuple[float, GroupResult]:
