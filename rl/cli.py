@@ -280,7 +280,11 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     rollout.add_argument("--m-keep", type=int, help="M: kept samples per group (default 8)")
     rollout.add_argument("--max-tokens", type=int, help="response length cap (default 48)")
     rollout.add_argument("--temperature", type=float, help="sampling temperature (default 1.0)")
-    rollout.add_argument("--modes", help="comma list of raw,plain,darts,sart,darts+sart (default all)")
+    rollout.add_argument(
+        "--modes",
+        help="comma list of raw,plain,darts,sart,darts+sart,darts+tie,darts+sart+tie (default all); a shaped "
+        "mode may carry its own shaping knobs: darts+sart@long_wait=1.5",
+    )
     rollout.add_argument("--repeats", type=int, help="timed passes per mode, each on new prompts (default 1)")
     rollout.add_argument("--seed", type=int, help="prompt seed of the first repeat (default 0)")
     rollout.add_argument("--out", type=Path, help="output directory (default runs/bench-rollout)")

@@ -123,6 +123,44 @@ def test_config_rejects_repeated_modes():
         RolloutBenchConfig(shaping={"policy": "sart", "scorer": "lm-confidence", "alpha": -1.0})
 
 
+def test_modes_carry_their_own_shaping_knobs():
+    from pydantic import ValidationError
+
+    from rl.bench.rollout import RolloutBenchConfig, mode_shaping, policy_options
+
+    cfg = RolloutBenchConfig(
+        modes=["plain", "darts+sart@long_wait=1.5@avg_redundancy=1.25", "darts+tie@long_wait=2"],
+        shaping={"long_slots": 2},
+    )
+    both = mode_shaping(cfg, cfg.modes[1])
+    assert (both.policy, both.long_wait, both.avg_redundancy, both.long_slots) == ("darts+sart", 1.5, 1.25, 2)
+    tie = mode_shaping(cfg, cfg.modes[2])
+    assert (tie.policy, tie.priority, tie.long_wait) == ("darts", "longest_first", 2.0)
+    assert policy_options(cfg, cfg.modes[1])["long_wait"] == 1.5
+    assert mode_shaping(cfg, "darts+sart").long_wait is None  # the bench's knobs, not another mode's
+    for modes, message in (
+        (["darts@long_wait=0.5"], "long_wait"),
+        (["darts@bogus=1"], "bogus"),
+        (["plain@long_wait=2"], "takes no shaping knobs"),
+        (["sart@policy=darts"], "set by the mode's name"),
+        (["fast@long_wait=2"], "is none of"),
+        (["sart@scorer=lm-confidence@alpha=-1"], "needs a scorer worker"),
+    ):
+        with pytest.raises(ValidationError, match=message):
+            RolloutBenchConfig(modes=modes)
+
+
+def test_engine_kv_cache_covers_the_widest_mode(tiny_model_dir, monkeypatch):
+    import rl.bench.rollout as bench_module
+
+    sized = []
+    monkeypatch.setattr(bench_module, "kv_cache_size", lambda model, max_len, sequences: sized.append(sequences))
+    for modes in (["plain", "darts"], ["plain", "darts@max_redundancy=3.0"]):
+        cfg = bench_module.RolloutBenchConfig(prompts=4, m_keep=8, modes=modes)
+        bench_module.RolloutBench(cfg, tiny_model_dir).engine_spec()
+    assert sized == [4 * 16, 4 * 24]  # max_redundancy 2.0 (the default) and 3.0 times M = 8
+
+
 def test_each_repeat_sends_its_own_prompts(tiny_model_dir):
     from rl.bench.rollout import RolloutBench, RolloutBenchConfig
 
@@ -211,13 +249,13 @@ def test_real_small_bench_run(bench_engine, tmp_path):
         prompts=b,
         m_keep=m,
         max_tokens=32,
-        modes=["raw", "plain", "darts", "darts+tie"],
+        modes=["raw", "plain", "darts", "darts+tie", "darts@long_wait=1.0"],
         out_dir=tmp_path,
         cost_model="cpu_2core_arith_tiny",
     )
     result = loop.run_until_complete(run_rollout_bench_async(cfg, engine))
     runs = {r["mode"]: r for r in result["runs"]}
-    assert set(runs) == {"raw", "plain", "darts", "darts+tie"}
+    assert set(runs) == {"raw", "plain", "darts", "darts+tie", "darts@long_wait=1.0"}
     for mode, run in runs.items():
         kept = [s for s in run["samples"] if s["fate"] == "kept"]
         assert len(kept) == b * m and run["metrics"]["kept"] == b * m, mode
@@ -233,7 +271,8 @@ def test_real_small_bench_run(bench_engine, tmp_path):
     for name in ("bench_rollout.json", "bench_rollout.md", "bench_timeline.png", "bench_lengths.png"):
         assert (tmp_path / name).exists(), name
     assert json.loads((tmp_path / "bench_rollout.json").read_text())["summary"]["repeats"] == 1
-    assert "speed-up vs plain" in (tmp_path / "bench_rollout.md").read_text()
+    table = (tmp_path / "bench_rollout.md").read_text()
+    assert "speed-up vs plain" in table and "| darts@long_wait=1.0 |" in table
 
 
 def test_engine_runs_higher_priority_first(bench_engine, encode):

@@ -9,6 +9,8 @@ history its budgets need (``warmup_steps=0``) and puts every mode in the same pr
 Modes: ``raw`` is the engine ceiling (each prompt is one request with ``n=M``, no shaping); ``plain``,
 ``darts``, ``sart`` and ``darts+sart`` are the shaping policies as training runs them (``run_group``);
 ``darts+tie`` and ``darts+sart+tie`` add vLLM request priorities from the TIE score (longest predicted first).
+A shaped mode may carry its own shaping knobs, ``MODE@key=value[@key=value...]`` (e.g.
+``darts+sart@long_wait=1.5``), so one knob's effect is measured side by side with the mode without it.
 Repeat ``r`` draws its prompts with seed ``seed + r`` and rotates the mode order by ``r``. vLLM requests
 are not seeded (per-request seeds crash the CPU engine): the engine's random stream just continues.
 """
@@ -27,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rl.bench.cost_model import DecodeProfile, batch_rollout_time
 from rl.bench.prompts import Source, bench_rows, default_reward, sample_rows
 from rl.bench.records import SampleRecord, pass_metrics
 from rl.bench.summary import build_summary, markdown
-from rl.config import RolloutConfig, RunConfig, ShapingConfig, load_config
+from rl.config import RolloutConfig, RunConfig, ShapingConfig, apply_overrides, load_config
 from rl.data.source import dataset_rows
 from rl.prompting import PromptEncoder
 from rl.rewards.pool import RewardPool
@@ -48,6 +50,8 @@ log = logging.getLogger("rl.bench")
 Mode = Literal["raw", "plain", "darts", "sart", "darts+sart", "darts+tie", "darts+sart+tie"]
 ALL_MODES: tuple[Mode, ...] = ("raw", "plain", "darts", "sart", "darts+sart", "darts+tie", "darts+sart+tie")
 TIE = "+tie"  # mode suffix: the same policy with TIE-score vLLM priorities (longest predicted first)
+KNOB = "@"  # mode separator before each of its own shaping knobs: darts+sart@long_wait=1.5
+SET_BY_MODE = ("policy", "m_keep", "warmup_steps", "priority")  # shaping fields a mode's name decides
 KV_CACHE_CAP = 4 << 30  # CPU: never reserve more host RAM than this for the KV cache
 
 
@@ -61,7 +65,7 @@ class RolloutBenchConfig(BaseModel):
     m_keep: int = Field(8, ge=2)  # M kept samples per group
     max_tokens: int = Field(48, ge=1)
     temperature: float = Field(1.0, gt=0)
-    modes: list[Mode] = Field(default_factory=lambda: list(ALL_MODES), min_length=1)
+    modes: list[str] = Field(default_factory=lambda: list(ALL_MODES), min_length=1)  # Mode[@key=value...]
     repeats: int = Field(1, ge=1)
     seed: int = 0
     out_dir: Path = Path("runs/bench-rollout")
@@ -77,15 +81,36 @@ class RolloutBenchConfig(BaseModel):
 
     @field_validator("modes")
     @classmethod
-    def _unique(cls, modes: list[Mode]) -> list[Mode]:
+    def _known_modes(cls, modes: list[str]) -> list[str]:
         if len(set(modes)) != len(modes):
             raise ValueError(f"modes repeat: {modes}")
+        for mode in modes:
+            base, knobs = split_mode(mode)
+            if base not in ALL_MODES:
+                raise ValueError(f"mode {mode!r}: {base!r} is none of {', '.join(ALL_MODES)}")
+            if knobs and base in ("raw", "plain"):
+                raise ValueError(f"mode {mode!r}: {base} takes no shaping knobs")
+            if fixed := [k for k in knobs if k.split("=", 1)[0] in SET_BY_MODE]:
+                raise ValueError(f"mode {mode!r}: {', '.join(fixed)} is set by the mode's name, not a knob")
         return modes
 
     @model_validator(mode="after")
     def _one_prompt_source(self) -> RolloutBenchConfig:
         if self.recipe is not None and self.dataset is not None:
             raise ValueError("dataset and recipe are exclusive: the recipe brings its own dataset")
+        return self
+
+    @model_validator(mode="after")
+    def _mode_knobs(self) -> RolloutBenchConfig:
+        for mode in self.modes:
+            try:
+                shaping = mode_shaping(self, mode)
+            except ValidationError as e:
+                raise ValueError(f"mode {mode!r}: {e}") from None
+            if shaping.scorer_worker:
+                raise ValueError(
+                    f"mode {mode!r}: scorer {shaping.scorer!r} needs a scorer worker, which this bench does not start"
+                )
         return self
 
     @field_validator("shaping")
@@ -114,23 +139,40 @@ class PassResult:
     kept: list[tuple[PromptRow, list[Sample]]]
 
 
+def split_mode(mode: str) -> tuple[str, list[str]]:
+    """``"darts+sart@long_wait=1.5"`` -> ``("darts+sart", ["long_wait=1.5"])``."""
+    base, *knobs = mode.split(KNOB)
+    return base, knobs
+
+
+def uses_tie(mode: str) -> bool:
+    """Whether ``mode`` sends TIE-score vLLM priorities."""
+    return split_mode(mode)[0].endswith(TIE)
+
+
 def policy_name(mode: str) -> str:
-    """The shaping policy a mode runs (``darts+tie`` runs ``darts``)."""
-    return mode.removesuffix(TIE)
+    """The shaping policy a mode runs (``darts+tie`` and ``darts+tie@...`` run ``darts``)."""
+    return split_mode(mode)[0].removesuffix(TIE)
+
+
+def mode_shaping(cfg: RolloutBenchConfig, mode: str) -> ShapingConfig:
+    """The validated shaping config ``mode`` runs: the bench's knobs, the mode's own, its policy and priority."""
+    base, knobs = split_mode(mode)
+    fields = apply_overrides(cfg.shaping.model_dump(), knobs)
+    fields.update(
+        policy=policy_name(mode) if base != "raw" else "plain",
+        m_keep=cfg.m_keep,
+        warmup_steps=0,
+        priority="longest_first" if uses_tie(mode) else "none",
+    )
+    return ShapingConfig.model_validate(fields)
 
 
 def policy_options(cfg: RolloutBenchConfig, mode: str) -> dict[str, Any]:
     """``make_policy`` keyword arguments for ``mode``, exactly as training derives them from a recipe."""
     from rl.driver import shaping_options
 
-    update = {
-        "policy": policy_name(mode),
-        "m_keep": cfg.m_keep,
-        "warmup_steps": 0,
-        "priority": "longest_first" if mode.endswith(TIE) else "none",
-    }
-    shaping = cfg.shaping.model_copy(update=update)
-    run = RunConfig(shaping=shaping, rollout=RolloutConfig(max_tokens=cfg.max_tokens))
+    run = RunConfig(shaping=mode_shaping(cfg, mode), rollout=RolloutConfig(max_tokens=cfg.max_tokens))
     return shaping_options(run)
 
 
@@ -178,9 +220,10 @@ class RolloutBench:
         """An engine sized for this benchmark (KV cache for every sample the widest mode launches)."""
         cfg = self.cfg
         max_len = self.max_model_len()
-        n_max = max(cfg.m_keep, round(cfg.shaping.max_redundancy * cfg.m_keep))
+        redundancy = max(mode_shaping(cfg, m).max_redundancy for m in cfg.modes)
+        n_max = max(cfg.m_keep, round(redundancy * cfg.m_keep))
         kv = cfg.kv_cache_bytes or kv_cache_size(self.model_dir, max_len, cfg.prompts * n_max)
-        priorities = any(m.endswith(TIE) for m in cfg.modes)
+        priorities = any(uses_tie(m) for m in cfg.modes)
         return EngineSpec(
             model=self.model_dir,
             max_model_len=max_len,
@@ -196,7 +239,7 @@ class RolloutBench:
         """Every mode of every repeat: warm-up pass, timed pass, reward; one run dict per timed pass."""
         if self.max_model_len() > engine.spec.max_model_len:
             raise ValueError(f"prompts + max_tokens need max_model_len {self.max_model_len()}, engine has less")
-        if any(m.endswith(TIE) for m in self.cfg.modes) and not engine.spec.priority_scheduling:
+        if any(uses_tie(m) for m in self.cfg.modes) and not engine.spec.priority_scheduling:
             raise ValueError("TIE modes need an engine with priority_scheduling=True")
         pool = RewardPool(self.reward_specs, 0, on_failure="drop") if self.reward_specs else None
         runs = []
@@ -248,8 +291,8 @@ class RolloutBench:
         """All groups at once under ``policy`` (as ``RolloutWorker.generate_group`` runs them)."""
         rows = batch.rows
         plans = policy.plan([row.prompt_id for row in rows])
-        shaping = self.cfg.shaping
-        progress = shaping.progress_every_s if shaping.watches_running(policy_name(mode)) else 0.0
+        shaping = mode_shaping(self.cfg, mode)
+        progress = shaping.progress_every_s if shaping.watches_running(shaping.policy) else 0.0
         t0 = time.monotonic()
 
         async def group(g: int, plan: GroupPlan) -> tuple[float, GroupResult]:
