@@ -121,9 +121,10 @@ class ShapingConfig(Strict):
                 f"every sample beta allows; set alpha <= 0 (e.g. -2.0)"
             )
 
-    def watches_running(self, policy: str) -> bool:
-        """Whether ``policy``'s controllers look at running samples (SART pruning, a DARTS long-slot deadline)."""
-        return "sart" in policy or ("darts" in policy and self.long_wait is not None)
+    @property
+    def watches_running(self) -> bool:
+        """Whether the policy's controllers look at running samples (SART pruning, a DARTS long-slot deadline)."""
+        return "sart" in self.policy or ("darts" in self.policy and self.long_wait is not None)
 
     @property
     def scorer_worker(self) -> bool:

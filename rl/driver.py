@@ -68,7 +68,7 @@ class Driver:
         self.policy = make_policy(cfg.shaping.policy, **shaping_options(cfg))
         self.sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
         self.eval_sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.eval.temperature)  # 0 = greedy
-        self.progress_every_s = cfg.shaping.progress_every_s if cfg.shaping.watches_running(cfg.shaping.policy) else 0.0
+        self.progress_every_s = cfg.shaping.progress_every_s if cfg.shaping.watches_running else 0.0
         self.group_ids = itertools.count()
         self.admission = AdmissionControl(cfg.train.batch_groups, cfg.train.max_staleness)
         self.counters = RunCounters()

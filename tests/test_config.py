@@ -43,11 +43,13 @@ def test_bad_values_name_the_field(override, path, message):
 
 
 def test_which_policies_watch_running_samples():
-    plain = load_config(recipe_path("arith_tiny"), ["shaping.policy=darts"]).shaping
-    assert not plain.watches_running("darts") and plain.watches_running("sart")
-    bounded = load_config(recipe_path("arith_tiny"), ["shaping.policy=darts", "shaping.long_wait=2"]).shaping
-    assert bounded.watches_running("darts") and bounded.watches_running("darts+sart")
-    assert not bounded.watches_running("plain")
+    def watches(*overrides):
+        return load_config(recipe_path("arith_tiny"), list(overrides)).shaping.watches_running
+
+    assert not watches("shaping.policy=darts") and watches("shaping.policy=sart")
+    assert watches("shaping.policy=darts", "shaping.long_wait=2")
+    assert watches("shaping.policy=darts+sart", "shaping.long_wait=2")
+    assert not watches("shaping.policy=plain", "shaping.long_wait=2")
 
 
 def test_on_policy_needs_sync_every_step():

@@ -292,7 +292,7 @@ class RolloutBench:
         rows = batch.rows
         plans = policy.plan([row.prompt_id for row in rows])
         shaping = mode_shaping(self.cfg, mode)
-        progress = shaping.progress_every_s if shaping.watches_running(shaping.policy) else 0.0
+        progress = shaping.progress_every_s if shaping.watches_running else 0.0
         t0 = time.monotonic()
 
         async def group(g: int, plan: GroupPlan) -> tuple[float, GroupResult]:
