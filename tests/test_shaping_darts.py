@@ -212,21 +212,33 @@ def run_ticked(ctrl, lengths, cap):
     return done_at, aborted
 
 
+def random_group(rng, min_long_slots: int) -> tuple[int, int, int, list[int]]:
+    """M in [1 + min_long_slots, 8], N in [M, 2M], long slots in [min_long_slots, 2], heavy-tailed lengths."""
+    m = int(rng.integers(1 + min_long_slots, 9))
+    n = int(rng.integers(m, 2 * m + 1))
+    long_slots = int(rng.integers(min_long_slots, min(2, m - min_long_slots) + 1))
+    lengths = [int(x) for x in np.round(np.exp(rng.standard_t(3.5, size=n) * 0.8 + 5.5)).clip(1)]
+    return m, n, long_slots, lengths
+
+
+def assert_accounted(ctrl, m: int, n: int, aborted: list[int]) -> None:
+    """M kept, every launched sample counted once, the aborted ones counted and not kept."""
+    kept, stats = ctrl.kept(), ctrl.stats()
+    assert len(kept) == m
+    assert stats["kept"] + stats["discarded"] + stats["aborted"] + stats["pruned"] == n
+    assert stats["aborted"] == len(aborted) and not set(kept) & set(aborted)
+
+
 def test_simulated_long_wait_keeps_the_k_shortest_and_bounds_the_wait():
     rng = np.random.default_rng(1)
     cap = 1024
     for _ in range(300):
-        m = int(rng.integers(2, 9))
-        n = int(rng.integers(m, 2 * m + 1))
-        long_slots = int(rng.integers(1, min(2, m - 1) + 1))
+        m, n, long_slots, lengths = random_group(rng, min_long_slots=1)
         wait = float(rng.choice([1.0, 1.5, 2.0, 4.0]))
-        lengths = [int(x) for x in np.round(np.exp(rng.standard_t(3.5, size=n) * 0.8 + 5.5)).clip(1)]
         ctrl = DartsController(GroupPlan("p", n, m, long_slots), long_wait=wait)
         done_at, aborted = run_ticked(ctrl, lengths, cap)
-        kept, stats = ctrl.kept(), ctrl.stats()
-        assert len(kept) == m
-        assert stats["kept"] + stats["discarded"] + stats["aborted"] + stats["pruned"] == n
-        assert stats["aborted"] == len(aborted) and not set(kept) & set(aborted)
+        assert_accounted(ctrl, m, n, aborted)
+        kept = ctrl.kept()
         stopped = sorted((i for i in range(n) if lengths[i] < cap), key=lambda i: (lengths[i], i))
         if len(stopped) < m:
             continue
@@ -243,17 +255,11 @@ def test_simulated_groups_keep_m_and_account_for_every_sample():
     rng = np.random.default_rng(0)
     cap = 1024
     for _ in range(300):
-        m = int(rng.integers(1, 9))
-        n = int(rng.integers(m, 2 * m + 1))
-        long_slots = int(rng.integers(0, min(2, m) + 1))
-        lengths = np.round(np.exp(rng.standard_t(3.5, size=n) * 0.8 + 5.5)).astype(int)
+        m, n, long_slots, lengths = random_group(rng, min_long_slots=0)
         ctrl = DartsController(GroupPlan("p", n, m, long_slots))
-        aborted = run_group(ctrl, list(lengths), cap=cap)
+        aborted = run_group(ctrl, lengths, cap=cap)
+        assert_accounted(ctrl, m, n, aborted)
         kept, stats = ctrl.kept(), ctrl.stats()
-        assert len(kept) == m
-        assert stats["kept"] + stats["discarded"] + stats["aborted"] + stats["pruned"] == n
-        assert stats["aborted"] == len(aborted)
-        assert not set(kept) & set(aborted)
         stopped = sorted(i for i in range(n) if lengths[i] < cap and i not in aborted)
         truncated_kept = [i for i in kept if lengths[i] >= cap]
         assert stats["shortfall"] == len(truncated_kept) == max(0, m - len(stopped))
