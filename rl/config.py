@@ -74,6 +74,9 @@ class ShapingConfig(Strict):
     m_keep: int = Field(default=8, ge=2)
     avg_redundancy: float = Field(default=1.5, ge=1.0)
     max_redundancy: float = Field(default=2.0, ge=1.0)
+    # DARTS's per-prompt floor, x M: 1.0 is the paper's M_low = M (a low-variance prompt may get no spare sample,
+    # so it cannot stop early); DARTS's released streaming trainer uses 10 of M = 8, i.e. 1.25
+    min_redundancy: float = Field(default=1.0, ge=1.0)
     long_slots: int = Field(default=1, ge=0)
     # DARTS policies: long slots close once a running sample passes long_wait x the K-th short sample's length
     # (keeping the longest finished by then); None waits for the group's last sample, as DARTS does
@@ -95,9 +98,10 @@ class ShapingConfig(Strict):
 
     @model_validator(mode="after")
     def _bounds(self) -> ShapingConfig:
-        if self.avg_redundancy > self.max_redundancy:
+        if not self.min_redundancy <= self.avg_redundancy <= self.max_redundancy:
             raise ValueError(
-                f"avg_redundancy ({self.avg_redundancy}) must be <= max_redundancy ({self.max_redundancy})"
+                f"need min_redundancy ({self.min_redundancy}) <= avg_redundancy ({self.avg_redundancy}) "
+                f"<= max_redundancy ({self.max_redundancy})"
             )
         if self.long_slots >= self.m_keep:
             raise ValueError(f"long_slots ({self.long_slots}) must be < m_keep ({self.m_keep})")

@@ -413,6 +413,7 @@ def shaping_options(cfg: RunConfig) -> dict[str, Any]:
     if s.policy in ("darts", "darts+sart"):
         options.update(
             avg_redundancy=s.avg_redundancy,
+            n_min=round(s.min_redundancy * s.m_keep),
             n_max=round(s.max_redundancy * s.m_keep),
             long_slots=s.long_slots,
             warmup_steps=s.warmup_steps,

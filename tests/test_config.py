@@ -25,6 +25,7 @@ def test_bundled_recipe_loads_and_overrides_apply():
         ("rollout.temperature=-1", "rollout.temperature", "greater than 0"),
         ("shaping.long_slots=8", "shaping", "long_slots (8) must be < m_keep (8)"),
         ("shaping.long_wait=0.5", "shaping.long_wait", "greater than or equal to 1"),
+        ("shaping.min_redundancy=1.75", "shaping", "need min_redundancy (1.75) <= avg_redundancy (1.5)"),
         ("weight_sync.transport=ipc", "weight_sync", "colocated on the same GPUs"),
         ("shaping.priority=longest_first", "shaping", "needs a DARTS policy"),
         ("algorithm.correction=tis-token", "algorithm", "needs decoupled: true"),
@@ -50,6 +51,20 @@ def test_which_policies_watch_running_samples():
     assert watches("shaping.policy=darts", "shaping.long_wait=2")
     assert watches("shaping.policy=darts+sart", "shaping.long_wait=2")
     assert not watches("shaping.policy=plain", "shaping.long_wait=2")
+
+
+def test_darts_budget_bounds_reach_the_policy():
+    from rl.shaping.factory import make_policy
+
+    from rl.driver import shaping_options
+
+    cfg = load_config(recipe_path("arith_tiny"), ["shaping.policy=darts", "shaping.min_redundancy=1.25"])
+    options = shaping_options(cfg)
+    assert (options["n_min"], options["n_max"]) == (10, 16) and cfg.shaping.m_keep == 8
+    plans = make_policy("darts", **options).plan([f"q{i}" for i in range(6)])
+    assert all(plan.n_launch >= 10 for plan in plans)
+    default = shaping_options(load_config(recipe_path("arith_tiny"), ["shaping.policy=darts"]))
+    assert default["n_min"] == 8  # the paper's M_low = M
 
 
 def test_on_policy_needs_sync_every_step():
