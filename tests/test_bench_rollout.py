@@ -4,11 +4,12 @@ import asyncio
 import json
 import math
 
+import numpy as np
 import pytest
 
 from rl.bench.cost_model import PROFILES_DIR, DecodeProfile, batch_rollout_time
 from rl.bench.records import SampleRecord, pass_metrics
-from rl.bench.summary import build_summary, markdown, ratios, stat
+from rl.bench.summary import build_summary, markdown, ratios, reward_difference, stat
 from rl.cli import build_parser, cmd_bench_profile_decode, cmd_bench_rollout
 
 LINEAR = DecodeProfile("test", "test", (1, 3), (1.0, 3.0))  # PTL(b) = b seconds
@@ -99,6 +100,35 @@ def test_ratios_and_table_on_synthetic_runs():
     assert "| darts | 4.50 (4.00–5.00) | 2.50 (2.00–3.00) |" in table
     assert "model time s" not in markdown(build_summary([_run("plain", 0, 1.0, 1.0)]))
     assert math.isnan(stat([float("nan")])["median"])
+
+
+def test_token_ratios_and_paired_reward_difference():
+    """Kept/generated token ratios against plain, and the kept reward compared prompt by prompt: the
+    prompts' own difficulty (prompt 0 easy, prompt 2 hard) cancels in the paired differences."""
+
+    def run(mode, repeat, generated, kept, group_rewards):
+        metrics = {"time_to_batch_s": 1.0, "gen_tokens_per_s": 1.0, "generated_tokens": generated, "kept_tokens": kept}
+        return {"mode": mode, "repeat": repeat, "metrics": metrics, "group_rewards": group_rewards}
+
+    runs = [
+        run("plain", 0, 1000, 1000, [1.0, 0.5, 0.0]),
+        run("sart", 0, 800, 400, [1.0, 0.25, None]),  # a group with no scored sample is left out of the pairs
+        run("plain", 1, 1200, 1200, [0.75, 0.5, 0.25]),
+        run("sart", 1, 1500, 600, [0.5, 0.5, 0.0]),
+    ]
+    r = ratios(runs, "plain")["sart"]
+    assert r["generated_fewer"]["min"] == pytest.approx(0.8) and r["generated_fewer"]["max"] == pytest.approx(1.25)
+    assert r["kept_fewer"] == {"min": 2.0, "median": 2.25, "max": 2.5, "n": 2.0}
+    diff = reward_difference(runs, "plain")
+    pairs = np.array([0.0, -0.25, -0.25, 0.0, -0.25])
+    assert diff["sart"]["n"] == 5 and diff["sart"]["mean"] == pytest.approx(pairs.mean())
+    assert diff["sart"]["se"] == pytest.approx(pairs.std(ddof=1) / math.sqrt(5))
+    assert diff["plain"] == {"mean": 0.0, "se": 0.0, "n": 6.0}
+    assert reward_difference([run("plain", 0, 1, 1, [1.0]), run("sart", 0, 1, 1, [0.0])], "plain") == {}
+    table = markdown(build_summary(runs))
+    assert "kept, × fewer than plain" in table and "reward − plain per prompt ± SE" in table
+    sart_row = [line for line in table.splitlines() if line.startswith("| sart |")][1]  # the second table's
+    assert "2.25 (2.00–2.50)" in sart_row and "-0.150 ± 0.061" in sart_row
 
 
 def test_cli_parses_bench_commands():
@@ -271,6 +301,10 @@ def test_real_small_bench_run(bench_engine, tmp_path):
     for name in ("bench_rollout.json", "bench_rollout.md", "bench_timeline.png", "bench_lengths.png"):
         assert (tmp_path / name).exists(), name
     assert json.loads((tmp_path / "bench_rollout.json").read_text())["summary"]["repeats"] == 1
+    for mode in runs:
+        assert len(runs[mode]["group_rewards"]) == b, mode
+        diff = result["summary"]["reward_vs"]["plain"][mode]  # b prompts paired with plain's
+        assert diff["n"] == b and -1.0 <= diff["mean"] <= 1.0 and diff["se"] >= 0.0, mode
     table = (tmp_path / "bench_rollout.md").read_text()
     assert "speed-up vs plain" in table and "| darts@long_wait=1.0 |" in table
 

@@ -260,8 +260,8 @@ class RolloutBench:
         else:
             policy = make_policy(policy_name(mode), **policy_options(self.cfg, mode))
             timed = await self._passes(lambda tag: self.shaped_pass(engine, policy, mode, batch, tag))
-        rewards = await self.score(pool, timed.kept)
-        metrics = pass_metrics(timed.records, timed.seconds, timed.counts, rewards)
+        group_rewards = await self.score(pool, timed.kept)
+        metrics = pass_metrics(timed.records, timed.seconds, timed.counts, [v for g in group_rewards for v in g])
         if self.profile is not None:
             metrics["model_time_to_batch_s"] = batch_rollout_time([r.length for r in timed.records], self.profile)
         log.info(
@@ -278,6 +278,7 @@ class RolloutBench:
             "seed": self.cfg.seed + repeat,
             "metrics": metrics,
             "samples": [r.to_dict() for r in timed.records],
+            "group_rewards": [sum(g) / len(g) if g else None for g in group_rewards],
         }
 
     async def _passes(self, one_pass: Callable[[str], Awaitable[PassResult]]) -> PassResult:
@@ -336,18 +337,22 @@ class RolloutBench:
             kept.append((row, samples))
         return PassResult(records, seconds, {"launched": len(records), "kept": len(records)}, kept)
 
-    async def score(self, pool: RewardPool | None, kept: list[tuple[PromptRow, list[Sample]]]) -> list[float]:
-        """Valid rewards of the kept samples (samples no function scores are left out)."""
+    async def score(self, pool: RewardPool | None, kept: list[tuple[PromptRow, list[Sample]]]) -> list[list[float]]:
+        """Valid rewards of the kept samples, group by group (samples no function scores are left out)."""
         rows = [row for row, samples in kept for _ in samples]
         samples = [s for _, group in kept for s in group]
         if pool is None or not samples:
-            return []
+            return [[] for _ in kept]
         result = await pool.score(
             [r.prompt for r in rows],
             [self.encoder.completion(r.prompt, s.text) for r, s in zip(rows, samples, strict=True)],
             self.encoder.columns(rows, samples),
         )
-        return [v for v in result.rewards if v is not None]
+        by_group, start = [], 0
+        for _, group in kept:
+            by_group.append([v for v in result.rewards[start : start + len(group)] if v is not None])
+            start += len(group)
+        return by_group
 
 
 async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: VllmEngine | None = None) -> dict:

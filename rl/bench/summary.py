@@ -1,8 +1,10 @@
 """Aggregate benchmark passes over repeats: min/median/max per metric, ratios against baselines, Markdown.
 
-A run is a dict ``{"mode": str, "repeat": int, "metrics": {name: float}, ...}`` (one timed pass).
+A run is a dict ``{"mode": str, "repeat": int, "metrics": {name: float}, ...}`` (one timed pass),
+optionally with ``"group_rewards"``: the mean kept reward of each prompt's group (``None`` if unscored).
 Ratios are taken repeat by repeat (a mode against the baseline's pass of the same repeat), then
-summarized; they are oriented so that > 1 means better than the baseline.
+summarized; they are oriented so that > 1 means better than the baseline. Rewards are compared prompt
+by prompt (every mode of a repeat runs the same prompts), which cancels the prompts' own difficulty.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ RATIOS: dict[str, tuple[str, bool]] = {
     "speedup": ("time_to_batch_s", False),
     "throughput": ("gen_tokens_per_s", True),
     "model_speedup": ("model_time_to_batch_s", False),
+    "generated_fewer": ("generated_tokens", False),
+    "kept_fewer": ("kept_tokens", False),
 }
 LENGTH_KEYS = ("p50", "p90", "p99", "max")
 
@@ -65,12 +69,34 @@ def ratios(runs: Sequence[dict], base: str) -> dict[str, dict[str, Stat]]:
     return out
 
 
+def reward_difference(runs: Sequence[dict], base: str) -> dict[str, Stat]:
+    """Per mode: its kept reward minus ``base``'s, paired prompt by prompt within each repeat.
+
+    ``mean`` is the mean of the paired differences, ``se`` its standard error (sample std / sqrt(n)),
+    ``n`` the number of pairs; a mode with fewer than two scored pairs is left out.
+    """
+    by_key = {(r["mode"], r["repeat"]): r.get("group_rewards") for r in runs}
+    out: dict[str, Stat] = {}
+    for mode in modes_of(runs):
+        diffs = []
+        for (m, repeat), mine in by_key.items():
+            ref = by_key.get((base, repeat))
+            if m == mode and mine and ref:
+                diffs += [a - b for a, b in zip(mine, ref, strict=True) if a is not None and b is not None]
+        if len(diffs) >= 2:
+            arr = np.asarray(diffs, dtype=float)
+            se = float(arr.std(ddof=1) / math.sqrt(arr.size))
+            out[mode] = {"mean": float(arr.mean()), "se": se, "n": float(arr.size)}
+    return out
+
+
 def build_summary(runs: Sequence[dict]) -> dict:
-    """Everything the tables show: per-mode stats and ratios against each baseline that was run."""
-    present = set(modes_of(runs))
+    """Everything the tables show: per-mode stats, ratios and reward differences against each baseline run."""
+    bases = [base for base in BASELINES if base in set(modes_of(runs))]
     return {
         "modes": summarize(runs),
-        "ratios": {base: ratios(runs, base) for base in BASELINES if base in present},
+        "ratios": {base: ratios(runs, base) for base in bases},
+        "reward_vs": {base: reward_difference(runs, base) for base in bases},
         "repeats": len({r["repeat"] for r in runs}),
     }
 
@@ -88,6 +114,13 @@ def fmt(s: Stat | None, digits: int = 2) -> str:
     if med == "–" or s["min"] == s["max"]:
         return med
     return f"{med} ({s['min']:.{digits}f}–{s['max']:.{digits}f})"
+
+
+def signed(d: Stat | None) -> str:
+    """``mean ± se`` of a reward difference, or ``–`` when missing."""
+    if not d:
+        return "–"
+    return f"{d['mean']:+.3f} ± {d['se']:.3f}"
 
 
 def _lengths(stats: dict[str, Stat], prefix: str) -> str:
@@ -124,13 +157,19 @@ def markdown(summary: dict) -> str:
             cells += [fmt(rat[b][mode].get("model_speedup")) for b in bases]
         lines.append(_row(cells))
     head2 = ["mode", "launched", "kept", "discarded", "aborted", "pruned", "truncated kept", "groups at cap", "waste"]
+    head2 += [f"generated, × fewer than {b}" for b in bases] + [f"kept, × fewer than {b}" for b in bases]
     head2 += ["kept len p50/p90/p99/max", "all len p50/p90/p99/max", "reward", "scored"]
+    head2 += [f"reward − {b} per prompt ± SE" for b in bases]
     lines += ["", _row(head2), _row(["---"] * len(head2))]
+    reward_vs = summary.get("reward_vs", {})
     for mode, stats in modes.items():
         counts = [fmt(stats.get(k), 0) for k in ("launched", "kept", "discarded", "aborted", "pruned")]
         cells = [mode, *counts, fmt(stats.get("truncated_kept"), 0), fmt(stats.get("groups_at_cap"), 0)]
         cells += [fmt(stats.get("waste_ratio"), 3)]
+        cells += [fmt(rat[b][mode].get("generated_fewer")) for b in bases]
+        cells += [fmt(rat[b][mode].get("kept_fewer")) for b in bases]
         cells += [_lengths(stats, "kept_len"), _lengths(stats, "len")]
         cells += [fmt(stats.get("reward_mean"), 3), median(stats.get("rewarded"), 0)]
+        cells += [signed(reward_vs.get(b, {}).get(mode)) if mode != b else "–" for b in bases]
         lines.append(_row(cells))
     return "\n".join(lines) + "\n"
