@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rl.bench.cost_model import DecodeProfile, batch_rollout_time
 from rl.bench.prompts import Source, bench_rows, default_reward, sample_rows
@@ -104,21 +104,22 @@ class RolloutBenchConfig(BaseModel):
     def _mode_knobs(self) -> RolloutBenchConfig:
         for mode in self.modes:
             try:
-                shaping = mode_shaping(self, mode)
-            except ValidationError as e:
+                in_process_scorer(mode_shaping(self, mode))
+            except ValueError as e:  # pydantic's ValidationError included
                 raise ValueError(f"mode {mode!r}: {e}") from None
-            if shaping.scorer_worker:
-                raise ValueError(
-                    f"mode {mode!r}: scorer {shaping.scorer!r} needs a scorer worker, which this bench does not start"
-                )
         return self
 
     @field_validator("shaping")
     @classmethod
     def _in_process_scorer(cls, shaping: ShapingConfig) -> ShapingConfig:
-        if shaping.scorer_worker:
-            raise ValueError(f"scorer {shaping.scorer!r} needs a scorer worker, which this bench does not start")
-        return shaping
+        return in_process_scorer(shaping)
+
+
+def in_process_scorer(shaping: ShapingConfig) -> ShapingConfig:
+    """``shaping`` itself; a scorer that needs a scorer worker is refused (this bench does not start one)."""
+    if shaping.scorer_worker:
+        raise ValueError(f"scorer {shaping.scorer!r} needs a scorer worker, which this bench does not start")
+    return shaping
 
 
 @dataclass(frozen=True)
