@@ -50,19 +50,28 @@ def summarize(runs: Sequence[dict]) -> dict[str, dict[str, Stat]]:
     return out
 
 
+def same_repeat(runs: Sequence[dict], base: str) -> dict[str, list[tuple[dict, dict]]]:
+    """Per mode: (its run, ``base``'s run of the same repeat) for every repeat both ran."""
+    by_key = {(r["mode"], r["repeat"]): r for r in runs}
+    pairs: dict[str, list[tuple[dict, dict]]] = {mode: [] for mode in modes_of(runs)}
+    for (mode, repeat), run in by_key.items():
+        if (ref := by_key.get((base, repeat))) is not None:
+            pairs[mode].append((run, ref))
+    return pairs
+
+
 def ratios(runs: Sequence[dict], base: str) -> dict[str, dict[str, Stat]]:
     """Per mode, per ratio in ``RATIOS``: the mode against ``base`` in the same repeat, over repeats."""
-    by_key = {(r["mode"], r["repeat"]): r["metrics"] for r in runs}
     out: dict[str, dict[str, Stat]] = {}
-    for mode in modes_of(runs):
+    for mode, pairs in same_repeat(runs, base).items():
         out[mode] = {}
         for name, (metric, higher) in RATIOS.items():
             values = []
-            for (m, repeat), metrics in by_key.items():
-                ref = by_key.get((base, repeat))
-                if m != mode or ref is None or metric not in metrics or metric not in ref:
+            for run, ref in pairs:
+                mine, theirs = run["metrics"], ref["metrics"]
+                if metric not in mine or metric not in theirs:
                     continue
-                num, den = (metrics[metric], ref[metric]) if higher else (ref[metric], metrics[metric])
+                num, den = (mine[metric], theirs[metric]) if higher else (theirs[metric], mine[metric])
                 values.append(num / den if den > 0 else math.nan)
             if values:
                 out[mode][name] = stat(values)
@@ -75,14 +84,13 @@ def reward_difference(runs: Sequence[dict], base: str) -> dict[str, Stat]:
     ``mean`` is the mean of the paired differences, ``se`` its standard error (sample std / sqrt(n)),
     ``n`` the number of pairs; a mode with fewer than two scored pairs is left out.
     """
-    by_key = {(r["mode"], r["repeat"]): r.get("group_rewards") for r in runs}
     out: dict[str, Stat] = {}
-    for mode in modes_of(runs):
+    for mode, pairs in same_repeat(runs, base).items():
         diffs = []
-        for (m, repeat), mine in by_key.items():
-            ref = by_key.get((base, repeat))
-            if m == mode and mine and ref:
-                diffs += [a - b for a, b in zip(mine, ref, strict=True) if a is not None and b is not None]
+        for run, ref in pairs:
+            mine, theirs = run.get("group_rewards"), ref.get("group_rewards")
+            if mine and theirs:
+                diffs += [a - b for a, b in zip(mine, theirs, strict=True) if a is not None and b is not None]
         if len(diffs) >= 2:
             arr = np.asarray(diffs, dtype=float)
             se = float(arr.std(ddof=1) / math.sqrt(arr.size))
@@ -161,7 +169,7 @@ def markdown(summary: dict) -> str:
     head2 += ["kept len p50/p90/p99/max", "all len p50/p90/p99/max", "reward", "scored"]
     head2 += [f"reward − {b} per prompt ± SE" for b in bases]
     lines += ["", _row(head2), _row(["---"] * len(head2))]
-    reward_vs = summary.get("reward_vs", {})
+    reward_vs = summary["reward_vs"]
     for mode, stats in modes.items():
         counts = [fmt(stats.get(k), 0) for k in ("launched", "kept", "discarded", "aborted", "pruned")]
         cells = [mode, *counts, fmt(stats.get("truncated_kept"), 0), fmt(stats.get("groups_at_cap"), 0)]
@@ -170,6 +178,6 @@ def markdown(summary: dict) -> str:
         cells += [fmt(rat[b][mode].get("kept_fewer")) for b in bases]
         cells += [_lengths(stats, "kept_len"), _lengths(stats, "len")]
         cells += [fmt(stats.get("reward_mean"), 3), median(stats.get("rewarded"), 0)]
-        cells += [signed(reward_vs.get(b, {}).get(mode)) if mode != b else "–" for b in bases]
+        cells += [signed(reward_vs[b].get(mode)) if mode != b else "–" for b in bases]
         lines.append(_row(cells))
     return "\n".join(lines) + "\n"
