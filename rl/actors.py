@@ -66,6 +66,7 @@ def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:
         loss=loss_spec(cfg),
         ess_lr_scaling=cfg.algorithm.ess_lr_scaling,
         micro_batch_size=t.micro_batch_size,
+        micro_batch_tokens=t.micro_batch_tokens,
         gradient_checkpointing=t.gradient_checkpointing,
         mini_batches=t.mini_batches,
         epochs=t.ppo_epochs,

@@ -146,6 +146,9 @@ class TrainConfig(Strict):
     weight_decay: float = Field(default=0.0, ge=0)
     grad_clip: float = Field(default=1.0, gt=0)
     micro_batch_size: int = Field(default=64, ge=1)
+    # padded-token budget per micro-batch: rows are sorted by length and cut so that rows x longest row stays
+    # within it, so a long tail pads only its own micro-batch; None: micro_batch_size rows in batch order
+    micro_batch_tokens: int | None = Field(default=None, ge=1)
     # recompute each layer's activations in backward instead of keeping them (HF gradient checkpointing):
     # less memory per micro-batch for about one more forward pass of compute
     gradient_checkpointing: bool = False

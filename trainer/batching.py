@@ -35,9 +35,40 @@ def rows_of(groups: list[Group]) -> list[Row]:
     ]
 
 
+def cut_micro_batches(rows: list[Row], max_rows: int, max_tokens: int | None = None) -> list[list[Row]]:
+    """``rows`` cut into micro-batches of at most ``max_rows`` rows.
+
+    Without ``max_tokens`` the rows keep their order. With it, rows are sorted longest first and a micro-batch
+    takes the next row while its padded size (rows x its longest row) stays within ``max_tokens`` (a row longer
+    than that gets a micro-batch of its own): rows of similar length are padded together, so the trainer
+    computes little beyond the real tokens, however long the batch's tail. The loss is a sum over tokens divided
+    by the step's global units, so the order and grouping of rows change the update only by float rounding.
+    """
+    if max_tokens is None:
+        return [rows[start : start + max_rows] for start in range(0, len(rows), max_rows)]
+    cuts: list[list[Row]] = []
+    for row in sorted(rows, key=row_length, reverse=True):
+        current = cuts[-1] if cuts else None
+        if current and len(current) < max_rows and (len(current) + 1) * row_length(current[0]) <= max_tokens:
+            current.append(row)
+        else:
+            cuts.append([row])
+    return cuts
+
+
+def row_length(row: Row) -> int:
+    """Prompt plus response tokens of one row."""
+    return len(row[0]) + len(row[1])
+
+
+def padded_tokens(batches: list[TokenBatch]) -> int:
+    """Token positions the policy computes for ``batches``, padding included."""
+    return sum(b.input_ids.numel() for b in batches)
+
+
 def collate(rows: list[Row], pad_id: int) -> TokenBatch:
     """Right-pad rows into a ``TokenBatch``."""
-    width = max(len(p) + len(r) for p, r, _, _ in rows)
+    width = max(map(row_length, rows))
     n = len(rows)
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     attn = torch.zeros((n, width), dtype=torch.long)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from rl.kernels.token_entropy import token_entropy
 from rl.kernels.token_logprobs import token_logprobs
-from rl.trainer.batching import Row, TokenBatch, collate, rows_of
+from rl.trainer.batching import Row, TokenBatch, collate, cut_micro_batches, rows_of
 
 from rl.losses import MAX_STATS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
 from rl.off_policy import ess_lr_scale
@@ -26,12 +26,15 @@ from rl.types import Group
 
 @dataclass(frozen=True)
 class Update:
-    """One optimizer update: its loss, gradient norm, whether it was skipped, and its global loss-stat sums."""
+    """One optimizer update: its loss, gradient norm, whether it was skipped, its global loss-stat sums, and the
+    token positions this rank computed for it (padding included) and how many of them were real tokens."""
 
     loss: float
     grad_norm: float
     skipped: bool
     totals: dict[str, float]
+    positions: int
+    real: int
 
 
 def even_chunks(rows: list[Row], k: int) -> list[list[Row]]:
@@ -52,6 +55,7 @@ class TrainerSpec:
     loss: LossSpec = field(default_factory=LossSpec)
     ess_lr_scaling: bool = False
     micro_batch_size: int = 64
+    micro_batch_tokens: int | None = None  # padded-token budget per micro-batch (rows sorted by length); None: off
     gradient_checkpointing: bool = False
     mini_batches: int = 1  # optimizer updates per epoch over the batch (PPO mini-batches)
     epochs: int = 1  # passes over the batch per train step (PPO epochs)
@@ -116,6 +120,8 @@ class TrainerWorker:
         self._units = 0.0
         self._loss_sum = 0.0
         self._busy = 0.0
+        self._positions = 0  # token positions computed, padding included
+        self._real = 0  # of which real (prompt or response) tokens
 
     def accumulate(self, groups: list[Group]) -> float:
         """Forward/backward on ``groups`` into the gradient buffers; no optimizer step. Returns the seconds spent.
@@ -127,8 +133,8 @@ class TrainerWorker:
         return self._accumulate(self._micro_batches(rows_of(groups)))
 
     def _micro_batches(self, rows: list[Row]) -> list[TokenBatch]:
-        size = self.spec.micro_batch_size
-        return [collate(rows[start : start + size], self.pad_id) for start in range(0, len(rows), size)]
+        cuts = cut_micro_batches(rows, self.spec.micro_batch_size, self.spec.micro_batch_tokens)
+        return [collate(cut, self.pad_id) for cut in cuts]
 
     def _accumulate(self, batches: list[TokenBatch], proximal: list[torch.Tensor] | None = None) -> float:
         """``accumulate`` on micro-batches; ``proximal`` (one tensor per micro-batch) pins the decoupled clip's anchor
@@ -153,6 +159,8 @@ class TrainerWorker:
                 entropy=entropy,
             )
             out.loss.backward()
+            self._positions += batch.input_ids.numel()
+            self._real += int(batch.attention_mask.sum())
             self._units += out.units
             self._loss_sum += out.loss.item()
             self._stats = merge_stats(self._stats, out.stats)
@@ -217,7 +225,7 @@ class TrainerWorker:
         if not skipped:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=False)
-        return Update(loss, grad_norm, skipped, totals)
+        return Update(loss, grad_norm, skipped, totals, self._positions, self._real)
 
     def _metrics(self, updates: list[Update], seconds: float, epochs: int) -> dict[str, float]:
         """A step's metrics: loss and grad norm averaged over its updates, loss stats over all of their tokens."""
@@ -233,6 +241,7 @@ class TrainerWorker:
             "seconds": seconds,
             "lr": self.optimizer.param_groups[0]["lr"],
             "updates": float(len(updates)),
+            "pad_fraction": 1.0 - sum(u.real for u in updates) / max(sum(u.positions for u in updates), 1),
         }
 
     def _global_totals(self) -> dict[str, float]:
