@@ -75,6 +75,8 @@ class Driver:
         self.stopping = asyncio.Event()
         self.version = 0
         self.zero_variance_this_step = 0
+        self.pending_sync: asyncio.Task | None = None  # an overlapped weight sync still loading
+        self.last_sync_s: float | None = None  # wall time of the last finished weight sync
 
     async def run(self) -> dict[str, Any]:
         """Start everything, train ``max_steps`` steps, save, shut down; returns the run summary."""
@@ -322,11 +324,7 @@ class Driver:
             }
             self.zero_variance_this_step = 0
             if step % cfg.sync_every == 0:
-                report = await self.channel.send(self.version)
-                for worker in report.dead:
-                    self._lost(worker)
-                await self.admission.set_trainer_version(self.version)
-                metrics["weight_sync_s"] = report.seconds
+                metrics.update(await self._sync_weights())
             now = time.monotonic()
             metrics["step_seconds"] = now - last
             metrics["rollout_tokens_per_s"] = batch_stats["generated_tokens"] / max(now - last, 1e-9)
@@ -339,8 +337,41 @@ class Driver:
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.2f}")
             bar.update(1)
             if self.cfg.eval.every and step % self.cfg.eval.every == 0 and step < cfg.max_steps:
+                await self._synced()
                 await self._evaluate(f"step{step}")
+        await self._synced()
         bar.close()
+
+    async def _sync_weights(self) -> dict[str, float]:
+        """Publish ``self.version`` to the rollout engines; returns the sync's metrics.
+
+        Synchronous training waits for the engines. With ``max_staleness >= 1`` (and a channel that can export
+        ahead) the engines load while the trainer takes its next step: the export is queued on the trainer before
+        that step's call, so it holds exactly this version; syncs stay in version order (one in flight, the next
+        waits for it); and admission control learns the new version only once the engines serve it, so the
+        staleness bound holds as before. ``weight_sync_wait_s`` is the time the training loop waited for syncs.
+        """
+        t0 = time.monotonic()
+        await self._synced()
+        if self.cfg.train.max_staleness >= 1 and self.channel.overlaps:
+            self.pending_sync = asyncio.create_task(self._publish(self.version, self.channel.export()))
+        else:
+            await self._publish(self.version, None)
+        finished = {} if self.last_sync_s is None else {"weight_sync_s": self.last_sync_s}
+        return {**finished, "weight_sync_wait_s": time.monotonic() - t0}
+
+    async def _publish(self, version: int, exported: Any) -> None:
+        report = await self.channel.send(version, exported)
+        for worker in report.dead:
+            self._lost(worker)
+        await self.admission.set_trainer_version(version)
+        self.last_sync_s = report.seconds
+
+    async def _synced(self) -> None:
+        """Wait until the engines serve the trainer's last published version (raises what the sync raised)."""
+        if self.pending_sync is not None:
+            pending, self.pending_sync = self.pending_sync, None
+            await pending
 
     async def _batch_step(self) -> tuple[list[Group], list[dict[str, float]]]:
         """Take a whole batch, compute its advantages, one ``train_step`` per data-parallel rank."""

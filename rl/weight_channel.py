@@ -28,16 +28,27 @@ class SyncReport:
 
 
 class WeightChannel(Protocol):
+    overlaps: (
+        bool  # whether ``export`` fixes the weights a later ``send`` delivers (the load may then overlap training)
+    )
+
     async def start(self) -> None:
         """Open the channel once, after the actors are up."""
         ...
 
-    async def send(self, version: int) -> SyncReport:
-        """Make every rollout engine serve the trainer's current weights as ``version``."""
+    def export(self) -> Any:
+        """Queue the trainer's export of its current weights now, ahead of any later trainer call; a handle for
+        ``send`` (None where the transport cannot export ahead: ``send`` then reads the trainer itself)."""
+        ...
+
+    async def send(self, version: int, exported: Any = None) -> SyncReport:
+        """Make every rollout engine serve ``exported`` (default: the trainer's current weights) as ``version``."""
         ...
 
 
 class CpuWeightChannel:
+    overlaps = True
+
     def __init__(self, trainer: Any, rollout_workers: list[Any], interrupt: bool = False) -> None:
         self.trainer = trainer  # rank-0 TrainerWorker actor handle
         self.rollout_workers = rollout_workers
@@ -46,9 +57,14 @@ class CpuWeightChannel:
     async def start(self) -> None:
         """Nothing to open: every sync goes through the object store."""
 
-    async def send(self, version: int) -> SyncReport:
+    def export(self) -> Any:
+        """The trainer's weights as an object reference: Ray runs an actor's calls in submission order, so the
+        export holds the weights of every step submitted before it and of none after."""
+        return self.trainer.weights_for_sync.remote()
+
+    async def send(self, version: int, exported: Any = None) -> SyncReport:
         t0 = time.monotonic()
-        blob_ref = self.trainer.weights_for_sync.remote()  # stays in the object store; workers fetch it
+        blob_ref = self.export() if exported is None else exported  # stays in the object store; workers fetch it
         workers = list(self.rollout_workers)
         results = await asyncio.gather(
             *[w.load_weights.remote(blob_ref, version, self.interrupt) for w in workers], return_exceptions=True
@@ -66,7 +82,10 @@ class NativeWeightChannel:
 
     Each sync: pause every engine (keep, or abort for resubmission) -> the trainer's sender runs vLLM's
     start/update/finish phases -> version bump -> resume. ``start`` opens the transfer once (NCCL rendezvous).
+    The trainer sends while the engines wait, so a sync cannot overlap the next training step.
     """
+
+    overlaps = False
 
     def __init__(self, backend: str, trainer: Any, rollout_workers: list[Any], interrupt: bool = False) -> None:
         self.backend = backend
@@ -77,7 +96,10 @@ class NativeWeightChannel:
     async def start(self) -> None:
         await self.trainer.init_native_weight_sync.remote(self.backend, list(self.rollout_workers))
 
-    async def send(self, version: int) -> SyncReport:
+    def export(self) -> None:
+        return None
+
+    async def send(self, version: int, exported: Any = None) -> SyncReport:
         t0 = time.monotonic()
         workers = list(self.rollout_workers)
         await asyncio.gather(*[w.pause.remote(self.interrupt) for w in workers])

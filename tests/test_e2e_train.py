@@ -35,9 +35,13 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, tiny_model_dir, t
     for r in train:
         assert r["generated_tokens"] >= r["kept_tokens"] > 0
         assert r["staleness_max"] <= 1  # admission control bounds staleness
-        assert r["weight_sync_s"] > 0
+        assert r["weight_sync_wait_s"] >= 0
         assert r["samples_launched"] == 4 * 4
         assert r["updates"] == 2  # each rank's 2 groups as 2 mini-batches
+    # staleness 1: each sync loads while the next step trains, so step k reports sync k-1's time, and the
+    # training loop waits for a sync only while the previous one is still loading
+    assert "weight_sync_s" not in train[0] and all(r["weight_sync_s"] > 0 for r in train[1:])
+    assert sum(r["weight_sync_wait_s"] for r in train) < sum(r["weight_sync_s"] for r in train[1:])
     assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 2, 4]
     assert (tmp_path / "e2e" / "checkpoint" / "model.safetensors").exists()
     assert any((tmp_path / "e2e" / "tb").iterdir())
@@ -62,6 +66,7 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, tiny_model_dir
         if r["kind"] == "train"
     ]
     assert [r["staleness_max"] for r in train] == [0, 0, 0]  # periodic asynchrony is on-policy
+    assert all(r["weight_sync_wait_s"] >= r["weight_sync_s"] > 0 for r in train)  # on-policy: the loop waits
     assert all(r["samples"] == 16 for r in train)  # dropped groups were refilled: the batch never shrinks
     dropped = summary["dropped_groups"].get("zero_variance", 0)
     assert dropped == sum(r["zero_variance_dropped"] for r in train)
