@@ -21,6 +21,11 @@ class TokenBatch:
     def num_tokens(self) -> int:
         return int(self.response_mask.sum())
 
+    @property
+    def first_target(self) -> int:
+        """The first position that predicts a response token in any row (its shortest prompt's length - 1)."""
+        return int(self.response_mask.any(dim=0).nonzero()[0]) if self.num_tokens else 0
+
 
 Row = tuple[list[int], list[int], list[float], float]  # prompt tokens, response tokens, behaviour log-probs, advantage
 

@@ -46,6 +46,11 @@ def even_chunks(rows: list[Row], k: int) -> list[list[Row]]:
     return [rows[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
 
 
+def _left_pad(values: torch.Tensor, n: int) -> torch.Tensor:
+    """``values`` [B, L] preceded by ``n`` zero columns."""
+    return torch.nn.functional.pad(values, (n, 0)) if n else values
+
+
 @dataclass(frozen=True)
 class TrainerSpec:
     model: str
@@ -106,11 +111,24 @@ class TrainerWorker:
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
 
     def _forward(self, model, batch: TokenBatch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Token log-probs ``[B, T-1]`` of the batch under ``model`` (and the per-position entropy if asked)."""
+        """Token log-probs ``[B, T-1]`` of the batch under ``model`` (and the per-position entropy if asked).
+
+        The LM head runs only from the first position that predicts a response token (HF ``logits_to_keep``):
+        prompt positions need hidden states, not a vocabulary projection. Earlier positions read 0; every loss
+        term is masked to response tokens, so they never count.
+        """
         ids = batch.input_ids.to(self.device)
+        first = batch.first_target
         with self._autocast():
-            logits = model(input_ids=ids, attention_mask=batch.attention_mask.to(self.device)).logits[:, :-1]
-        return token_logprobs(logits, ids[:, 1:]), token_entropy(logits) if entropy else None
+            out = model(
+                input_ids=ids,
+                attention_mask=batch.attention_mask.to(self.device),
+                logits_to_keep=ids.shape[1] - first,
+            )
+        logits = out.logits[:, :-1]
+        logprobs = token_logprobs(logits, ids[:, first + 1 :])
+        ent = token_entropy(logits) if entropy else None
+        return _left_pad(logprobs, first), None if ent is None else _left_pad(ent, first)
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
         return self._forward(self.model, batch)[0]
