@@ -76,10 +76,17 @@ def test_periodic_asynchrony_needs_on_policy_and_group_local_advantages():
     with pytest.raises(ValidationError, match="periodic_async needs train.max_staleness=0"):
         load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "train.max_staleness=2"])
     with pytest.raises(ValidationError, match="must be group-local"):
-        load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "algorithm.advantage=reinforce++"])
+        load_config(
+            recipe_path("arith_tiny"),
+            ["train.periodic_async=true", "train.max_staleness=0", "algorithm.advantage=reinforce++"],
+        )
     with pytest.raises(ValidationError, match="needs mini_batches=1 and ppo_epochs=1"):
-        load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "train.ppo_epochs=2"])
-    cfg = load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "algorithm.advantage=rloo"])
+        load_config(
+            recipe_path("arith_tiny"), ["train.periodic_async=true", "train.max_staleness=0", "train.ppo_epochs=2"]
+        )
+    cfg = load_config(
+        recipe_path("arith_tiny"), ["train.periodic_async=true", "train.max_staleness=0", "algorithm.advantage=rloo"]
+    )
     assert cfg.train.periodic_async and cfg.algorithm.advantage == "rloo"
 
 

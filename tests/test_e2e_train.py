@@ -53,6 +53,7 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, tiny_model_dir
         "periodic",
         "train.max_steps=3",
         "train.periodic_async=true",
+        "train.max_staleness=0",
         "algorithm.advantage=rloo",
         "algorithm.dynamic_sampling=true",
         "algorithm.kl_coef=0.01",
