@@ -81,6 +81,10 @@ class ShapingConfig(Strict):
     # DARTS policies: long slots close once a running sample passes long_wait x the K-th short sample's length
     # (keeping the longest finished by then); None waits for the group's last sample, as DARTS does
     long_wait: float | None = Field(default=None, ge=1.0)
+    # DARTS policies: steer avg_redundancy within [min_redundancy, max_redundancy] after every step so that the
+    # rollout side idles about this fraction of a step (spares where the trainer is the bottleneck, none where the
+    # rollout side is); None keeps avg_redundancy fixed
+    idle_target: float | None = Field(default=None, ge=0, lt=1)
     warmup_steps: int = Field(default=0, ge=0)
     alpha: float = 0.3
     beta: int = Field(default=2, ge=0)
@@ -105,6 +109,8 @@ class ShapingConfig(Strict):
             )
         if self.long_slots >= self.m_keep:
             raise ValueError(f"long_slots ({self.long_slots}) must be < m_keep ({self.m_keep})")
+        if self.idle_target is not None and "darts" not in self.policy:
+            raise ValueError(f"idle_target steers DARTS's avg_redundancy: it needs a DARTS policy, not {self.policy!r}")
         if self.priority != "none" and "darts" not in self.policy:
             raise ValueError(f"priority {self.priority!r} needs a DARTS policy (its length model), not {self.policy!r}")
         self._check_scorer()

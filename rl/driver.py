@@ -33,6 +33,7 @@ from rl.rewards.pool import RewardPool
 from rl.rollout.scorer_worker import ScorerClient
 from rl.rollout.vllm_adapter import SamplingSpec
 from rl.shaping.factory import make_policy
+from rl.shaping.idle_governor import IdleGovernor
 from rl.types import Group, PromptRow
 from rl.weight_channel import make_weight_channel
 
@@ -66,6 +67,12 @@ class Driver:
         self.test_rows = dataset_rows(cfg.data, cfg.data.test_split)[: cfg.eval.num_problems]
         self.encoder = PromptEncoder(self.model_dir)
         self.policy = make_policy(cfg.shaping.policy, **shaping_options(cfg))
+        s = cfg.shaping
+        self.governor = (
+            IdleGovernor(s.avg_redundancy, s.min_redundancy, s.max_redundancy, s.idle_target)
+            if s.idle_target is not None
+            else None
+        )
         self.sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
         self.eval_sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.eval.temperature)  # 0 = greedy
         self.progress_every_s = cfg.shaping.progress_every_s if cfg.shaping.watches_running else 0.0
@@ -332,6 +339,10 @@ class Driver:
             metrics["trainer_idle_frac"] = metrics["trainer_idle_s"] / max(now - last, 1e-9)
             idle = metrics["rollout_idle_s"]
             metrics["rollout_idle_frac"] = (idle - last_idle) / max(now - last, 1e-9)
+            if self.governor:  # the next batch's plans take the steered redundancy
+                self.policy.avg_redundancy = metrics["avg_redundancy"] = self.governor.update(
+                    metrics["rollout_idle_frac"]
+                )
             last, last_idle = now, idle
             self.logger.log(step, metrics)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.2f}")

@@ -22,6 +22,14 @@ class DartsSartPolicy:
         self.alpha = alpha
         self.beta = beta
 
+    @property
+    def avg_redundancy(self) -> float:
+        return self.darts.avg_redundancy
+
+    @avg_redundancy.setter
+    def avg_redundancy(self, value: float) -> None:
+        self.darts.avg_redundancy = value
+
     def plan(self, prompt_ids: list[str]) -> list[GroupPlan]:
         return self.darts.plan(prompt_ids)
 

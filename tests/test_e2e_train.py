@@ -76,3 +76,26 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, tiny_model_dir
     for r in train:
         assert r["kl_ref"] >= 0.0 and 0.0 < r["ess_ratio"] <= 1.0 + 1e-9
         assert r["logprob_gap"] < 1e-3  # trainer and engine agree on the log-probs of fresh samples
+
+
+def test_idle_governor_steers_darts_redundancy(ray_session, tiny_model_dir, tmp_path):
+    cfg = small_run(
+        tmp_path,
+        "governed",
+        "train.max_steps=4",
+        "train.max_staleness=1",
+        "shaping.policy=darts",
+        "shaping.avg_redundancy=1.5",
+        "shaping.max_redundancy=2.0",
+        "shaping.idle_target=0.0",  # any idle time is spare capacity: redundancy can only rise
+    )
+    assert run_training(cfg)["steps"] == 4
+    train = [
+        r
+        for r in map(json.loads, (tmp_path / "governed" / "metrics.jsonl").read_text().splitlines())
+        if r["kind"] == "train"
+    ]
+    steered = [r["avg_redundancy"] for r in train]
+    assert all(1.5 <= v <= 2.0 for v in steered) and steered == sorted(steered)
+    assert steered[-1] > 1.5  # the rollout side idled (the trainer paces a stale-1 run), so spares were bought
+    assert all(16 <= r["samples_launched"] <= 32 for r in train)
