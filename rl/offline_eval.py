@@ -92,10 +92,11 @@ def run_eval(cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None =
     With ``workers`` (rollout-worker handles already serving that model) no engine is started; otherwise
     one in-process vLLM engine is built for the run and shut down after it.
     """
-    return asyncio.run(_run(cfg, settings, workers))
+    return asyncio.run(eval_report(cfg, settings, workers))
 
 
-async def _run(cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None) -> EvalReport:
+async def eval_report(cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None) -> EvalReport:
+    """``run_eval`` inside a running event loop (where an engine already serving ``workers`` lives)."""
     model_dir = resolve_eval_model(settings.model)
     data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
     rows = dataset_rows(data, settings.split)
@@ -113,7 +114,7 @@ async def _run(cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None
     if workers is None:
         from rl.rollout.local_worker import LocalRolloutWorker
 
-        spec = _engine_spec(cfg, model_dir, longest_prompt + max_tokens)
+        spec = engine_spec(cfg, model_dir, longest_prompt + max_tokens)
         own = await LocalRolloutWorker.start(spec, settings.cpu_threads_bind)
         workers = [own]
     startup_s = time.monotonic() - t0
@@ -143,7 +144,8 @@ async def _run(cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None
     return EvalReport(resolved, summarize(records), records)
 
 
-def _engine_spec(cfg: RunConfig, model_dir: str, needed_len: int) -> EngineSpec:
+def engine_spec(cfg: RunConfig, model_dir: str, needed_len: int) -> EngineSpec:
+    """The recipe's rollout engine for ``model_dir``, its context at least ``needed_len`` tokens."""
     r = cfg.rollout
     return EngineSpec(
         model=model_dir,

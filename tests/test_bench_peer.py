@@ -1,0 +1,91 @@
+"""``rl bench peer``: Tailor and TRL's GRPOTrainer on the tiny model, one JSON, one table, one PNG."""
+
+import json
+
+import pytest
+from small_runs import SMALL
+
+from rl.bench.peer import summarize, tailor_points
+from rl.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_metrics(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_tailor_clock_leaves_out_its_evaluations(tmp_path):
+    """Step 0 ends at the step-0 evaluation; each in-run evaluation's duration is off the clock of later points."""
+    write_metrics(
+        tmp_path / "metrics.jsonl",
+        [
+            {"kind": "eval", "step": 0, "time_s": 10.0, "accuracy": 0.2},
+            {"kind": "train", "step": 1, "time_s": 11.0, "samples": 16},
+            {"kind": "eval", "step": 1, "time_s": 14.0, "accuracy": 0.3},  # a 3 s evaluation
+            {"kind": "train", "step": 2, "time_s": 15.5, "samples": 12},
+            {"kind": "eval", "step": 2, "time_s": 16.0, "accuracy": 0.5},
+        ],
+    )
+    points, samples = tailor_points(tmp_path / "metrics.jsonl")
+    assert [(p["step"], p["seconds"], p["accuracy"]) for p in points] == [(0, 0.0, 0.2), (1, 1.0, 0.3), (2, 2.5, 0.5)]
+    assert samples == 28
+
+
+def test_summary_ratios_are_taken_seed_by_seed():
+    def run(system, seed, steps_per_hour, points):
+        seconds = points[-1][0]
+        return {
+            "system": system,
+            "seed": seed,
+            "steps": 10,
+            "train_seconds": seconds,
+            "steps_per_hour": steps_per_hour,
+            "samples_per_hour": 1.0,
+            "accuracy_start": points[0][1],
+            "final_accuracy": points[-1][1],
+            "points": [{"step": i, "seconds": s, "accuracy": a} for i, (s, a) in enumerate(points)],
+        }
+
+    results = [
+        run("trl", 0, 100.0, [(0, 0.2), (10, 0.3), (20, 0.4)]),
+        run("tailor", 0, 300.0, [(0, 0.2), (5, 0.4), (8, 0.5)]),
+        run("trl", 1, 200.0, [(0, 0.2), (10, 0.4)]),
+        run("tailor", 1, 200.0, [(0, 0.2), (20, 0.3)]),
+    ]
+    trl, tailor = summarize(results, target=0.4)
+    assert tailor["steps_per_hour_vs_peer"] == pytest.approx((3.0 + 1.0) / 2)  # not 500/300
+    assert trl["time_to_target_s"] == 15.0 and trl["reached_target"] == 2
+    assert tailor["time_to_target_s"] is None and tailor["reached_target"] == 1  # seed 1 never got there
+    assert tailor["time_to_target_vs_peer"] == pytest.approx(20 / 5)
+    assert results[1]["equal_time_s"] == 8 and results[0]["accuracy_at_equal_time"] == 0.2
+    assert results[2]["equal_time_s"] == 10 and results[3]["accuracy_at_equal_time"] == 0.2
+
+
+@pytest.mark.integration
+def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path):
+    variant = "sync:train.max_staleness=0,train.sync_every=1"
+    argv = ["bench", "peer", "arith_tiny", *SMALL, "--seeds", "0", "--steps", "2", "--points", "2"]
+    assert main([*argv, "--variant", variant, "--out", str(tmp_path)]) == 0
+
+    saved = json.loads((tmp_path / "bench_peer.json").read_text())
+    assert [s["system"] for s in saved["systems"]] == ["tailor-sync", "trl"]
+    for r in saved["results"]:
+        points = r["points"]
+        assert r["steps"] == 2 and [p["step"] for p in points] == [0, 1, 2]
+        assert points[0]["seconds"] == 0.0 < points[1]["seconds"] < points[2]["seconds"] == r["train_seconds"]
+        assert all(0.0 <= p["accuracy"] <= 1.0 for p in points)
+        assert r["steps_per_hour"] == pytest.approx(3600 * 2 / r["train_seconds"])
+        assert r["samples_per_hour"] == pytest.approx(3600 * 2 * 4 * 4 / r["train_seconds"])  # 4 groups of 4
+    trl = saved["results"][-1]
+    assert trl["time_to_target_s"] is not None and trl["time_to_target_s"] <= trl["train_seconds"]
+    assert saved["target_accuracy"] == trl["final_accuracy"]
+    assert len(trl["reward_curve"]) == 2 and trl["torch_threads"] >= 1
+    # one evaluator: the untrained model scores the same in Tailor's run and in the snapshot evaluator (greedy)
+    untrained = saved["untrained_accuracy"]
+    assert untrained["tailor_in_run"] == [untrained["snapshot_evaluator"]]
+    assert not list((tmp_path / "seed0" / "trl" / "snapshots").iterdir())  # scored, then removed
+    table = (tmp_path / "bench_peer.md").read_text()
+    assert "| tailor-sync | 1 | 2 |" in table and "| trl | 1 | 2 |" in table
+    png = (tmp_path / "bench_peer.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 10_000
