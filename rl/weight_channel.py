@@ -1,9 +1,12 @@
 """The weight-sync channel: the trainer publishes a version, every rollout engine loads it.
 
-``cpu``: rank 0 serializes its HF-named parameters to safetensors bytes, the bytes go through Ray's
-object store once (the trainer call's return value), and each rollout worker loads them with the
-layer-wise reload (pause -> load -> version bump -> resume). Works on any device. In-flight requests
-are kept across the load, or (``interrupt``) aborted and resubmitted with their partial responses.
+``cpu``: rank 0 exports its HF-named parameters in safetensors format and each rollout worker loads them with
+the layer-wise reload (pause -> load -> version bump -> resume). When the driver, the trainer and every rollout
+worker share one host, the export is a file in shared memory (``/dev/shm``) that the engine memory-maps: no
+bytes cross Ray or the engine's process boundary (SmolLM2-135M: about 0.7 s a sync, against 6 s as 513 MB of
+bytes through the object store and the engine core's socket). Otherwise the bytes go through Ray's object
+store once (the trainer call's return value). Works on any device. In-flight requests are kept across the
+load, or (``interrupt``) aborted and resubmitted with their partial responses.
 
 ``nccl`` / ``ipc`` (GPU): vLLM's native weight transfer (``NativeWeightChannel``), written against vLLM
 0.32's documented trainer API; the GPU machines lent to this project have no vLLM, so it has not run.
@@ -12,8 +15,12 @@ are kept across the load, or (``interrupt``) aborted and resubmitted with their 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
 import time
+import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from ray.exceptions import RayActorError
@@ -46,6 +53,18 @@ class WeightChannel(Protocol):
         ...
 
 
+SHARED_DIR = "/dev/shm"  # a RAM-backed folder every process on the host can map
+
+
+@dataclass(frozen=True)
+class CpuExport:
+    """One export of the trainer's weights: the trainer call's object reference (bytes, or the file's path) and
+    the shared-memory file it writes, if any (deleted once the sync is over)."""
+
+    ref: Any
+    path: str | None = None
+
+
 class CpuWeightChannel:
     overlaps = True
 
@@ -53,28 +72,58 @@ class CpuWeightChannel:
         self.trainer = trainer  # rank-0 TrainerWorker actor handle
         self.rollout_workers = rollout_workers
         self.interrupt = interrupt  # abort in-flight requests and resubmit them, instead of keeping them
+        self.host: str | None = None  # the node id every party shares, when they do: exports go through a file
+        self.nodes: dict[Any, str] = {}  # rollout worker -> its node id
+        self.prefix = os.path.join(SHARED_DIR, f"tailor-weights-{uuid.uuid4().hex[:12]}")
+        self.exports = itertools.count()
 
     async def start(self) -> None:
-        """Nothing to open: every sync goes through the object store."""
+        """Choose the route: a shared-memory file when the driver, the trainer and every rollout worker are on one
+        host, else bytes through the object store."""
+        import ray
 
-    def export(self) -> Any:
-        """The trainer's weights as an object reference: Ray runs an actor's calls in submission order, so the
-        export holds the weights of every step submitted before it and of none after."""
-        return self.trainer.weights_for_sync.remote()
+        here = ray.get_runtime_context().get_node_id()
+        trainer = await self.trainer.node_id.remote()
+        if trainer == here and os.path.isdir(SHARED_DIR) and await self._on_host(list(self.rollout_workers), here):
+            self.host = here
 
-    async def send(self, version: int, exported: Any = None) -> SyncReport:
+    def export(self) -> CpuExport:
+        """The trainer's weights: Ray runs an actor's calls in submission order, so the export holds the weights
+        of every step submitted before it and of none after."""
+        path = None if self.host is None else f"{self.prefix}-{next(self.exports)}.safetensors"
+        return CpuExport(self.trainer.weights_for_sync.remote(path), path)
+
+    async def send(self, version: int, exported: CpuExport | None = None) -> SyncReport:
+        import ray
+
         t0 = time.monotonic()
-        blob_ref = self.export() if exported is None else exported  # stays in the object store; workers fetch it
+        exported = self.export() if exported is None else exported
         workers = list(self.rollout_workers)
-        results = await asyncio.gather(
-            *[w.load_weights.remote(blob_ref, version, self.interrupt) for w in workers], return_exceptions=True
-        )
+        try:
+            weights = exported.ref
+            if exported.path and not await self._on_host(workers, self.host):  # a replacement started elsewhere
+                weights = ray.put(Path(await exported.ref).read_bytes())
+            results = await asyncio.gather(
+                *[w.load_weights.remote(weights, version, self.interrupt) for w in workers], return_exceptions=True
+            )
+        finally:
+            if exported.path:
+                for leftover in (exported.path, f"{exported.path}.tmp"):
+                    Path(leftover).unlink(missing_ok=True)
         dead = [w for w, r in zip(workers, results, strict=True) if isinstance(r, RayActorError)]
         failed = [r for r in results if isinstance(r, BaseException) and not isinstance(r, RayActorError)]
         if failed:
             raise failed[0]
         seconds = [float(r) for r in results if not isinstance(r, BaseException)]
         return SyncReport(version, time.monotonic() - t0, seconds, dead)
+
+    async def _on_host(self, workers: list[Any], host: str | None) -> bool:
+        """Whether every one of ``workers`` runs on node ``host`` (node ids asked once per worker)."""
+        unknown = [w for w in workers if w not in self.nodes]
+        nodes = await asyncio.gather(*[w.node_id.remote() for w in unknown], return_exceptions=True)
+        for worker, node in zip(unknown, nodes, strict=True):
+            self.nodes[worker] = "" if isinstance(node, BaseException) else node  # a dead one: bytes, then counted
+        return all(self.nodes[w] == host for w in workers)
 
 
 class NativeWeightChannel:

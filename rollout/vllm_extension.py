@@ -20,7 +20,17 @@ class WeightLoaderExtension:
         """Load HF-format weights serialized with ``safetensors.torch.save``; returns the tensor count."""
         from safetensors.torch import load
 
-        named = list(load(blob).items())
+        return self._reload(list(load(blob).items()))
+
+    def load_hf_weights_file(self, path: str) -> int:
+        """Load HF-format weights from a safetensors file on this host (memory-mapped: only the reload copies
+        them); returns the tensor count."""
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt") as f:
+            return self._reload([(name, f.get_tensor(name)) for name in f.keys()])
+
+    def _reload(self, named: list) -> int:
         self.reload_weights(weights_iterator=named, is_checkpoint_format=True)
         self._retie_lm_head()
         return len(named)

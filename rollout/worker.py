@@ -55,10 +55,10 @@ class RolloutWorker:
             score_texts=score_texts,
         )
 
-    async def load_weights(self, blob: bytes, version: int, interrupt: bool = False) -> float:
-        """Load new policy weights (safetensors bytes); in-flight requests continue, or are aborted and
-        resubmitted with ``interrupt``. Returns seconds."""
-        seconds = await self.engine.load_weights(blob, version, interrupt)
+    async def load_weights(self, weights: bytes | str, version: int, interrupt: bool = False) -> float:
+        """Load new policy weights (safetensors bytes, or a safetensors file's path on this host); in-flight
+        requests continue, or are aborted and resubmitted with ``interrupt``. Returns seconds."""
+        seconds = await self.engine.load_weights(weights, version, interrupt)
         self.sync_seconds.append(seconds)
         return seconds
 
@@ -83,6 +83,11 @@ class RolloutWorker:
 
     async def update_weight_version(self, version: str) -> None:
         await self.engine.set_version(int(version))
+
+    async def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     async def stats(self) -> dict[str, float]:
         return {

@@ -78,3 +78,43 @@ def test_interrupted_request_is_resubmitted_with_its_partial_response(rollout_wo
     assert len(sample.logprobs) == 120
     assert sample.versions[0] == old and sample.versions[-1] == old + 1
     assert sample.versions == sorted(sample.versions)
+
+
+def test_channel_syncs_through_a_shared_memory_file(rollout_worker, tiny_model_dir, encode):
+    import asyncio
+    from pathlib import Path
+
+    from rl.weight_channel import CpuWeightChannel
+
+    prompt = encode(PROMPT_TEXT)
+    trainer = ray.remote(TrainerWorker).remote(TrainerSpec(model=tiny_model_dir, lr=5e-2))
+    samples = sample_once(rollout_worker, "shm-0", prompt)
+    group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[-1.0, 1.0])
+    ray.get(trainer.train_step.remote([group]))
+    channel = CpuWeightChannel(trainer, [rollout_worker])
+    asyncio.run(channel.start())
+    assert channel.host is not None  # one machine: the route is a file in shared memory
+
+    def gap(tag: str, version: int) -> float:
+        synced = sample_once(rollout_worker, tag, prompt)
+        assert all(v == version for s in synced for v in s.versions)
+        trainer_lps = [ray.get(trainer.sequence_logprobs.remote(prompt, s.tokens)) for s in synced]
+        return float(
+            np.mean(
+                [np.abs(np.array(t) - np.array(s.logprobs)).mean() for t, s in zip(trainer_lps, synced, strict=True)]
+            )
+        )
+
+    exported = channel.export()
+    assert exported.path.startswith("/dev/shm/")
+    report = asyncio.run(channel.send(21, exported))
+    assert report.dead == [] and not Path(exported.path).exists()  # loaded, then removed
+    assert gap("shm-1", 21) < 1e-3
+
+    ray.get(trainer.train_step.remote([group]))
+    channel.nodes[rollout_worker] = "another-node"  # as a replacement started on another host would be
+    exported = channel.export()
+    asyncio.run(channel.send(22, exported))  # the file's bytes go through the object store instead
+    assert not Path(exported.path).exists()
+    assert gap("shm-2", 22) < 1e-3
+    ray.kill(trainer)

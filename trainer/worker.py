@@ -297,11 +297,22 @@ class TrainerWorker:
         start = len(prompt_tokens) - 1
         return lp[start : start + len(response_tokens)].float().cpu().tolist()
 
-    def weights_for_sync(self) -> bytes:
-        """HF-format named parameters as safetensors bytes (tied weights appear once)."""
-        from safetensors.torch import save
+    def weights_for_sync(self, path: str | None = None) -> bytes | str:
+        """HF-format named parameters in safetensors format (tied weights appear once): as bytes, or written to
+        the file ``path`` (complete once it exists: written under a temporary name, then renamed) and its path."""
+        from safetensors.torch import save, save_file
 
-        return save({n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.model.named_parameters()})
+        named = {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.model.named_parameters()}
+        if path is None:
+            return save(named)
+        save_file(named, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)
+        return path
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def init_native_weight_sync(self, backend: str, rollout_handles: list) -> None:
         """Rank 0: open vLLM's native weight transfer (``nccl`` / ``ipc``) to the rollout workers (GPU only)."""
