@@ -14,6 +14,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,11 +25,9 @@ from rl.actors import start_buffer, start_ray, start_rollout_workers, start_scor
 from rl.admission import AdmissionControl
 from rl.advantages import compute_advantages
 from rl.config import RunConfig
-from rl.data.source import dataset_rows
 from rl.evaluation import evaluate
 from rl.metrics import MetricsLogger, summarize_groups
-from rl.models import resolve_model
-from rl.prompting import PromptEncoder
+from rl.preflight import RunInputs, preflight
 from rl.rewards.pool import RewardPool
 from rl.rollout.scorer_worker import ScorerClient
 from rl.rollout.vllm_adapter import SamplingSpec
@@ -42,6 +41,10 @@ log = logging.getLogger("rl.driver")
 
 class RunStopped(Exception):
     """The run is stopping (e.g. no rollout worker left) while the trainer waits for data."""
+
+
+class RunFailed(Exception):
+    """The run stopped on an error it cannot train through; the message is one line."""
 
 
 @dataclass
@@ -60,12 +63,15 @@ class RunCounters:
 
 
 class Driver:
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, inputs: RunInputs | None = None) -> None:
+        """``inputs``: what ``preflight(cfg)`` loaded (checked here when not given)."""
         self.cfg = cfg
-        self.model_dir = resolve_model(cfg.model.path)
-        self.train_rows = dataset_rows(cfg.data, cfg.data.train_split)
-        self.test_rows = dataset_rows(cfg.data, cfg.data.test_split)[: cfg.eval.num_problems]
-        self.encoder = PromptEncoder(self.model_dir)
+        inputs = inputs or preflight(cfg)
+        self.model_dir = inputs.model_dir
+        self.train_rows = inputs.train_rows
+        self.test_rows = inputs.test_rows[: cfg.eval.num_problems]
+        self.batches = _epochs(self.train_rows, cfg.train.batch_groups, random.Random(cfg.seed))
+        self.encoder = inputs.encoder
         self.policy = make_policy(cfg.shaping.policy, **shaping_options(cfg))
         s = cfg.shaping
         self.governor = (
@@ -79,11 +85,13 @@ class Driver:
         self.group_ids = itertools.count()
         self.admission = AdmissionControl(cfg.train.batch_groups, cfg.train.max_staleness)
         self.counters = RunCounters()
+        self.reward_streaks: dict[str, int] = {}  # consecutive failed calls of each reward function
+        self.failure: str | None = None  # why the run stopped on an error, if it did
         self.stopping = asyncio.Event()
         self.version = 0
         self.zero_variance_this_step = 0
         self.pending_sync: asyncio.Task | None = None  # an overlapped weight sync still loading
-        self.last_sync_s: float | None = None  # wall time of the last finished weight sync
+        self.last_sync: dict[str, float] = {}  # the last finished weight sync: whole, trainer export, engine load
 
     async def run(self) -> dict[str, Any]:
         """Start everything, train ``max_steps`` steps, save, shut down; returns the run summary."""
@@ -125,6 +133,8 @@ class Driver:
             self.stopping.set()
             rollouts.cancel()
             await asyncio.gather(rollouts, return_exceptions=True)
+            if self.failure:
+                raise RunFailed(self.failure)
             train_seconds = time.monotonic() - t0
             after = await self._evaluate("after") if self.live else {"accuracy": math.nan}
             checkpoint = (
@@ -166,10 +176,9 @@ class Driver:
 
     async def continuous_rollouts(self) -> None:
         """Plan prompts a batch at a time; start each group as soon as admission allows."""
-        rng = random.Random(self.cfg.seed)
         in_flight: set[asyncio.Task] = set()
         turns = itertools.count()
-        for chunk in _epochs(self.train_rows, self.cfg.train.batch_groups, rng):
+        for chunk in self.batches:
             plans = self.policy.plan([row.prompt_id for row in chunk])
             for row, plan in zip(chunk, plans, strict=True):
                 await self.admission.acquire()
@@ -265,6 +274,7 @@ class Driver:
         for kind, n in scored.failures.items():
             if n:
                 self.counters.reward_failures[kind] = self.counters.reward_failures.get(kind, 0) + n
+        self._watch_reward_errors(scored.errors)
         kept = [(s, r) for s, r in zip(samples, scored.rewards, strict=True) if r is not None]
         if len(kept) < 2:
             self.counters.drop("reward_dropped")
@@ -284,6 +294,19 @@ class Driver:
             samples=[s for s, _ in kept],
             stats=stats,
         )
+
+    def _watch_reward_errors(self, errors: dict[str, str]) -> None:
+        """Stop the run once a reward function's call has failed for a whole step's worth of groups in a row
+        (``train.batch_groups``): training on its fallback rewards would teach nothing."""
+        for name in self.rewards.names:
+            self.reward_streaks[name] = self.reward_streaks.get(name, 0) + 1 if name in errors else 0
+            if self.reward_streaks[name] >= self.cfg.train.batch_groups and self.failure is None:
+                self.failure = (
+                    f"reward {name!r} failed on all of the last {self.reward_streaks[name]} groups, a whole step; "
+                    f"last error: {errors[name]}"
+                )
+                log.error("%s; stopping", self.failure)
+                self.stopping.set()
 
     def _filtered_out(self, group: Group) -> bool:
         """DAPO dynamic sampling: drop a group whose rewards are all equal (no signal); its slot goes to a new prompt.
@@ -368,15 +391,18 @@ class Driver:
             self.pending_sync = asyncio.create_task(self._publish(self.version, self.channel.export()))
         else:
             await self._publish(self.version, None)
-        finished = {} if self.last_sync_s is None else {"weight_sync_s": self.last_sync_s}
-        return {**finished, "weight_sync_wait_s": time.monotonic() - t0}
+        return {**self.last_sync, "weight_sync_wait_s": time.monotonic() - t0}
 
     async def _publish(self, version: int, exported: Any) -> None:
         report = await self.channel.send(version, exported)
         for worker in report.dead:
             self._lost(worker)
         await self.admission.set_trainer_version(version)
-        self.last_sync_s = report.seconds
+        self.last_sync = {
+            "weight_sync_s": report.seconds,
+            "weight_sync_export_s": report.export_seconds,
+            "weight_sync_load_s": max(report.engine_seconds, default=0.0),
+        }
 
     async def _synced(self) -> None:
         """Wait until the engines serve the trainer's last published version (raises what the sync raised)."""
@@ -439,8 +465,14 @@ def assign_advantages(estimator: str, groups: list[Group]) -> None:
         group.advantages = advantages
 
 
-def _epochs(rows: list[PromptRow], chunk: int, rng: random.Random):
-    """Endless shuffled passes over ``rows``, yielded ``chunk`` rows at a time."""
+def _epochs(rows: list[PromptRow], chunk: int, rng: random.Random) -> Iterator[list[PromptRow]]:
+    """Endless shuffled passes over ``rows``, ``chunk`` rows at a time; ``ValueError`` now if ``rows`` are fewer."""
+    if len(rows) < chunk:
+        raise ValueError(f"{len(rows)} training rows cannot fill a batch of {chunk} groups (train.batch_groups)")
+    return _passes(rows, chunk, rng)
+
+
+def _passes(rows: list[PromptRow], chunk: int, rng: random.Random) -> Iterator[list[PromptRow]]:
     while True:
         order = rows[:]
         rng.shuffle(order)
@@ -471,6 +503,6 @@ def shaping_options(cfg: RunConfig) -> dict[str, Any]:
     return options
 
 
-def run_training(cfg: RunConfig) -> dict[str, Any]:
-    """Synchronous entry point used by the CLI and tests."""
-    return asyncio.run(Driver(cfg).run())
+def run_training(cfg: RunConfig, inputs: RunInputs | None = None) -> dict[str, Any]:
+    """Synchronous entry point used by the CLI and tests (``inputs``: see ``Driver``)."""
+    return asyncio.run(Driver(cfg, inputs).run())

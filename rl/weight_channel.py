@@ -32,6 +32,7 @@ class SyncReport:
     seconds: float  # wall time of the whole sync, trainer side included
     engine_seconds: list[float]  # per live engine: pause -> load -> resume
     dead: list[Any] = field(default_factory=list)  # rollout workers that died (their actor is gone)
+    export_seconds: float = 0.0  # until the trainer's export was ready (0 where the transport has no export)
 
 
 class WeightChannel(Protocol):
@@ -100,6 +101,8 @@ class CpuWeightChannel:
         exported = self.export() if exported is None else exported
         workers = list(self.rollout_workers)
         try:
+            await asyncio.to_thread(ray.wait, [exported.ref], fetch_local=False)  # ready, not fetched here
+            export_seconds = time.monotonic() - t0
             weights = exported.ref
             if exported.path and not await self._on_host(workers, self.host):  # a replacement started elsewhere
                 weights = ray.put(Path(await exported.ref).read_bytes())
@@ -115,7 +118,7 @@ class CpuWeightChannel:
         if failed:
             raise failed[0]
         seconds = [float(r) for r in results if not isinstance(r, BaseException)]
-        return SyncReport(version, time.monotonic() - t0, seconds, dead)
+        return SyncReport(version, time.monotonic() - t0, seconds, dead, export_seconds)
 
     async def _on_host(self, workers: list[Any], host: str | None) -> bool:
         """Whether every one of ``workers`` runs on node ``host`` (node ids asked once per worker)."""
