@@ -14,9 +14,19 @@ from rl.rollout.vllm_adapter import EngineSpec
 from rl.rollout.worker import remote_rollout_worker
 from rl.trainer.worker import TrainerSpec, TrainerWorker
 
+LOOPBACK = "127.0.0.1"
+# set for a local instance before Ray starts, so Ray's processes and every actor inherit them: Ray takes loopback
+# as the node's address (as on a laptop) instead of swapping it for the machine's; vLLM's rendezvous uses it too
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "VLLM_HOST_IP": LOOPBACK}
+
 
 def start_ray(cfg: RunConfig) -> bool:
-    """Join ``ray.address`` or start a local instance; returns True if this call started it."""
+    """Join ``ray.address`` or start a local instance; returns True if this call started it.
+
+    A local instance lives on loopback only: its GCS, raylet, agents and every worker's server listen on
+    127.0.0.1, no dashboard starts, and Ray's token authentication stays as Ray sets it. Joining a cluster is
+    unchanged.
+    """
     import ray
 
     if ray.is_initialized():
@@ -24,13 +34,23 @@ def start_ray(cfg: RunConfig) -> bool:
     if cfg.ray.address:
         ray.init(address=cfg.ray.address, log_to_driver=True)
         return True
+    _loopback_node()
     needed = cfg.rollout.num_workers + cfg.train.num_workers + int(cfg.shaping.scorer_worker)
     ray.init(
         num_cpus=max(cfg.ray.num_cpus or 0, needed, os.cpu_count() or 1),
         include_dashboard=False,
+        _node_ip_address=LOOPBACK,
         log_to_driver=True,
     )
     return True
+
+
+def _loopback_node() -> None:
+    """Environment and Ray's node-address rule for a loopback-only local instance."""
+    from ray._private import ray_constants
+
+    os.environ.update(LOOPBACK_ENV)
+    ray_constants.ENABLE_RAY_CLUSTER = False  # the same rule in this process, where Ray read it at import
 
 
 def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None = None) -> list[Any]:
