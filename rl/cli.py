@@ -53,9 +53,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = checked_config(lambda: load_config(recipe_path(args.recipe), args.overrides))
     if cfg is None:
         return 2
-    from rl.driver import run_training
+    from rl.preflight import BadInput, preflight
 
-    summary = run_training(cfg)
+    try:
+        inputs = preflight(cfg)
+    except BadInput as e:
+        print(f"bad input: {e}", file=sys.stderr)
+        return 2
+    from rl.driver import RunFailed, run_training
+
+    try:
+        summary = run_training(cfg, inputs)
+    except RunFailed as e:
+        print(f"run stopped: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(summary, indent=2, default=str))
     print(
         f"held-out accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,11 @@ class DataConfig(Strict):
     chat: bool = False
     system_prompt: str | None = None
     limit: int | None = Field(default=None, ge=1)
+    # held-out rows when the source has no separate test split (a single local file, a folder without split
+    # files): this fraction of rows, picked by a hash of the prompt, is kept out of training; 0 evaluates on
+    # training rows (said at start)
+    test_fraction: float = Field(default=0.1, ge=0, lt=1)
+    test_source: str | None = None  # a separate source for held-out rows (its test_split); None: from source
 
 
 class RewardFn(Strict):
@@ -50,7 +56,7 @@ class RolloutConfig(Strict):
     max_tokens: int = Field(default=48, ge=1)
     temperature: float = Field(default=1.0, gt=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
-    max_model_len: int = Field(default=128, ge=16)
+    max_model_len: int = Field(default=128, ge=16)  # prompt + response tokens; longer prompts are skipped
     kv_cache_bytes: int = Field(default=64 << 20, ge=1 << 20)  # CPU only; GPUs use gpu_memory_utilization
     gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1)
     enforce_eager: bool = True
@@ -64,6 +70,15 @@ class RolloutConfig(Strict):
     # transport only (a native NCCL group cannot take a new member mid-run)
     max_restarts: int = Field(default=1, ge=0)
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> RolloutConfig:
+        if self.max_tokens >= self.max_model_len:
+            raise ValueError(
+                f"max_tokens ({self.max_tokens}) leaves no room for a prompt within max_model_len "
+                f"({self.max_model_len}); raise max_model_len or lower max_tokens"
+            )
+        return self
 
 
 MODEL_SCORERS = ("lm-confidence", "reward-model")  # served by a separate scorer worker (rl.rollout.scorer_worker)
@@ -278,26 +293,59 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return key.split("."), yaml.safe_load(raw) if raw else ""
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Set each ``key.path=value`` in a nested dict (creating levels as needed)."""
+def apply_overrides(
+    raw: dict[str, Any], overrides: list[str], defaults: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Set each ``key.path=value`` in a nested dict (creating levels as needed); a number indexes a list.
+
+    A list the recipe does not set is taken from ``defaults`` (a dumped config) before one of its items is set.
+    """
     for item in overrides:
         path, value = parse_override(item)
-        node = raw
+        node: Any = raw
+        default: Any = defaults or {}
         for part in path[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ValueError(f"override {item!r}: {part!r} is not a section")
-            node = child
-        node[path[-1]] = value
+            node, default = _child(node, default, part, item)
+        if isinstance(node, list):
+            node[_index(node, path[-1], item)] = value
+        else:
+            node[path[-1]] = value
     return raw
 
 
+def _child(node: Any, default: Any, part: str, item: str) -> tuple[Any, Any]:
+    """The section or list item ``part`` of ``node`` (a missing one is created), and its default's."""
+    if isinstance(node, list):
+        index = _index(node, part, item)
+        return node[index], default[index] if isinstance(default, list) and index < len(default) else {}
+    default = default.get(part, {}) if isinstance(default, dict) else {}
+    if part not in node:
+        node[part] = copy.deepcopy(default) if isinstance(default, list) else {}
+    if not isinstance(node[part], (dict, list)):
+        raise ValueError(f"override {item!r}: {part!r} is not a section")
+    return node[part], default
+
+
+def _index(items: list, part: str, item: str) -> int:
+    """``part`` as an index into ``items``; raises ``ValueError`` naming the override otherwise."""
+    if not part.isdigit() or int(part) >= len(items):
+        raise ValueError(f"override {item!r}: {part!r} is not an item of a list of {len(items)}")
+    return int(part)
+
+
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
-    """Read a YAML recipe, apply command-line overrides, validate."""
+    """Read a YAML recipe, apply command-line overrides, validate.
+
+    Raises ``ValueError`` naming the file for a recipe that is not UTF-8, not YAML or not a mapping.
+    """
     raw: dict[str, Any] = {}
     if path is not None:
-        text = Path(path).read_text()
-        raw = yaml.safe_load(text) or {}
+        try:
+            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
         if not isinstance(raw, dict):
-            raise ValueError(f"{path}: a recipe must be a mapping at the top level")
-    return RunConfig.model_validate(apply_overrides(raw, list(overrides)))
+            raise ValueError(f"{path}: a recipe must be a mapping at the top level, not a {type(raw).__name__}")
+    return RunConfig.model_validate(apply_overrides(raw, list(overrides), RunConfig().model_dump()))

@@ -33,9 +33,15 @@ class PromptEncoder:
 
     @staticmethod
     def columns(rows: list[PromptRow], samples: list[Sample]) -> dict[str, list[Any]]:
-        """Every dataset column as a list aligned with ``samples``, plus answer and completion length."""
+        """Reward keyword arguments aligned with ``samples``, as TRL's ``GRPOTrainer`` passes them.
+
+        Every dataset column but the prompt under its own name (the answer field too, as it is in the data),
+        ``answer`` as the reference answer the loader extracted, TRL's ``completion_ids`` (response token ids)
+        and ``completion_length``.
+        """
         names = sorted({k for r in rows for k in r.columns})
         cols: dict[str, list[Any]] = {k: [r.columns.get(k) for r in rows] for k in names}
         cols["answer"] = [r.answer for r in rows]
+        cols["completion_ids"] = [list(s.tokens) for s in samples]
         cols["completion_length"] = [len(s.tokens) for s in samples]
         return cols

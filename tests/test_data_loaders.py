@@ -29,7 +29,7 @@ BAD = [
     {"question": {"text": "hi"}, "answer": "#### 1"},  # non_string_prompt
     {"question": "answer has no marker", "answer": "just text"},  # bad_answer (unparsable)
     {"question": "empty answer", "answer": ""},  # bad_answer (empty)
-    "{not json",  # invalid_record
+    "{not json",  # malformed_line
     "[1, 2]",  # invalid_record
 ]
 BAD_COUNTS = {
@@ -37,7 +37,8 @@ BAD_COUNTS = {
     "empty_prompt": 1,
     "non_string_prompt": 2,
     "bad_answer": 2,
-    "invalid_record": 2,
+    "invalid_record": 1,
+    "malformed_line": 1,
 }
 
 
@@ -50,10 +51,10 @@ def test_jsonl_good_and_bad_rows(tmp_path, caplog):
     assert [r.prompt for r in result.rows] == ["What is 2+2?", "What is 10*100?"]
     assert [r.answer for r in result.rows] == ["4", "1000"]
     assert [r.prompt_id for r in result.rows] == ["mix-0", f"mix-{len(BAD) + 1}"]  # index in the file
-    assert result.rows[0].columns == {"topic": "add"}
+    assert result.rows[0].columns == {"topic": "add", "answer": "2+2=4\n#### 4"}  # every column but the prompt
     warnings = [r for r in caplog.records if r.name == "rl.data"]
     assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
-    assert "skipped 9 of 11" in warnings[0].getMessage() and "invalid_record=2" in warnings[0].getMessage()
+    assert "skipped 9 of 11" in warnings[0].getMessage() and "malformed_line=1" in warnings[0].getMessage()
 
 
 def test_no_warning_when_all_rows_good(tmp_path, caplog):
@@ -87,7 +88,7 @@ def test_json_array_with_template_and_custom_fields(tmp_path):
         "[easy] Compute 2*3. Answer:",
     ]
     assert [r.answer for r in result.rows] == ["2", "1.5", "6"]
-    assert result.rows[1].columns == {"level": "hard"}
+    assert result.rows[1].columns == {"level": "hard", "solution": 1.5}
     assert result.skipped == {"bad_answer": 2}
 
 
@@ -166,7 +167,11 @@ def test_parquet_chat_list_prompt_and_dotted_answer(tmp_path):
         {"role": "system", "content": "old"},
         {"role": "user", "content": "Solve x+1=3."},
     ]
-    assert result.rows[0].columns == {"data_source": "math", "extra_info": {"index": "a"}}
+    assert result.rows[0].columns == {
+        "data_source": "math",
+        "extra_info": {"index": "a"},
+        "reward_model": {"ground_truth": "2", "style": "rule"},
+    }
     assert result.skipped == {"missing_field": 1, "empty_prompt": 1}
 
     replaced = load_rows(
@@ -206,7 +211,7 @@ def test_save_to_disk_single_dataset(tmp_path):
     folder = tmp_path / "one"
     datasets.Dataset.from_list([{"q": "x?", "a": "5", "extra": 1}]).save_to_disk(str(folder))
     result = load_rows(str(folder), prompt_field="q", answer_field="a")
-    assert [(r.prompt, r.answer, r.columns) for r in result.rows] == [("x?", "5", {"extra": 1})]
+    assert [(r.prompt, r.answer, r.columns) for r in result.rows] == [("x?", "5", {"a": "5", "extra": 1})]
 
 
 def test_folder_of_data_files_picks_split_files(tmp_path):
@@ -267,7 +272,7 @@ def test_preset_resolves_hub_call_and_fields(monkeypatch):
     rows[:] = [{"problem": "p", "answer": "7", "subject": "alg"}]
     result = load_rows("math500")  # single-split eval set: the preset's split wins
     assert calls[-1] == ("HuggingFaceH4/MATH-500", None, "test")
-    assert [(r.prompt, r.answer, r.columns) for r in result.rows] == [("p", "7", {"subject": "alg"})]
+    assert [(r.prompt, r.answer, r.columns) for r in result.rows] == [("p", "7", {"answer": "7", "subject": "alg"})]
 
 
 def test_presets_cover_known_datasets():

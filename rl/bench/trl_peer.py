@@ -123,7 +123,7 @@ def grpo_config(cfg: RunConfig, seed: int, budget: PeerBudget, out_dir: Path, us
 def train_dataset(cfg: RunConfig) -> Dataset:
     """The recipe's training rows as TRL reads them: ``prompt``, ``answer`` and every other column."""
     rows = dataset_rows(cfg.data, cfg.data.train_split)
-    return Dataset.from_list([{"prompt": r.prompt, "answer": r.answer, **r.columns} for r in rows])
+    return Dataset.from_list([{**r.columns, "prompt": r.prompt, "answer": r.answer} for r in rows])
 
 
 class SnapshotClock(TrainerCallback):

@@ -30,6 +30,9 @@ class LoadResult:
     skipped: dict[str, int] = field(default_factory=dict)
 
 
+MALFORMED = object()  # a JSON line that does not parse
+
+
 class _BadRow(ValueError):
     """A record that cannot become a prompt; ``reason`` is its skip-count key."""
 
@@ -61,9 +64,10 @@ def load_rows(
     The prompt is ``template`` filled with ``prompt`` (the prompt field) and the row's columns; with
     ``chat`` it becomes a user message after an optional system message. A prompt field that already
     holds chat messages stays a message list: the template fills its last user message and
-    ``system_prompt`` replaces its system messages. Every column but the prompt and answer ones goes
-    to ``columns``. Bad rows are counted per reason in ``skipped`` and reported in one warning;
-    ``prompt_id`` is ``<id_prefix>-<index in source>``.
+    ``system_prompt`` replaces its system messages. Every column but the prompt one goes to ``columns``
+    (as TRL's ``GRPOTrainer`` passes them to reward functions). A JSON line that does not parse counts as
+    ``malformed_line``; a file that is not UTF-8 raises ``ValueError`` naming it. Bad rows are counted per
+    reason in ``skipped`` and reported in one warning; ``prompt_id`` is ``<id_prefix>-<index in source>``.
 
     Raises ``FileNotFoundError`` for a missing local path and ``ValueError`` when no row is usable.
     """
@@ -128,11 +132,11 @@ def _open(source: str, split: str, subset: str | None) -> tuple[Iterable[Any], s
 
 
 def _read_file(path: Path) -> Iterator[Any]:
-    """Records of one data file; an undecodable JSON line yields ``None``."""
+    """Records of one data file; an undecodable JSON line yields ``MALFORMED``."""
     if path.suffix == ".jsonl":
         yield from _read_json_lines(path)
     elif path.suffix == ".json":
-        text = path.read_text(encoding="utf-8")
+        text = _utf8_text(path)
         try:
             data = json.loads(text)
         except json.JSONDecodeError:
@@ -151,14 +155,22 @@ def _read_file(path: Path) -> Iterator[Any]:
 
 
 def _read_json_lines(path: Path) -> Iterator[Any]:
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                yield None
+    """Records of a JSON-lines file; a line that does not parse yields ``MALFORMED``."""
+    for line in _utf8_text(path).splitlines():
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            yield MALFORMED
+
+
+def _utf8_text(path: Path) -> str:
+    """The file's text; raises ``ValueError`` naming the file and the first bad byte if it is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); re-save it as UTF-8") from None
 
 
 def _read_dir(path: Path, split: str) -> Iterator[Any]:
@@ -196,14 +208,16 @@ def _convert(
     chat: bool,
 ) -> tuple[str | Messages, str, dict[str, Any]]:
     """Prompt, answer and remaining columns of one record; raises ``_BadRow`` for an unusable one."""
+    if record is MALFORMED:
+        raise _BadRow("malformed_line")
     if not isinstance(record, dict):
         raise _BadRow("invalid_record")
     raw_prompt = _lookup(record, prompt_field)
     raw_answer = _lookup(record, answer_field)
     prompt = build_prompt(raw_prompt, record, template, system_prompt, chat)
     answer = _answer_text(raw_answer, answer_extractor)
-    used = {_column_of(record, prompt_field), _column_of(record, answer_field)}
-    return prompt, answer, {k: v for k, v in record.items() if k not in used}
+    prompt_column = _column_of(record, prompt_field)
+    return prompt, answer, {k: v for k, v in record.items() if k != prompt_column}
 
 
 def _column_of(record: dict[str, Any], name: str) -> str:

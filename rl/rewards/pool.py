@@ -37,6 +37,7 @@ logger = logging.getLogger("rl.rewards")
 
 STARTUP_TIMEOUT_S = 120.0  # time a fresh worker gets to import and load the reward functions
 FAILURE_KINDS = ("raised", "timeout", "wrong_length", "nan", "none")
+TRL_HOOKS = ("trainer_state", "log_extra", "log_metric")  # keyword arguments every call gets besides the columns
 
 # (kind, payload): ("ok", values) or (failure kind, message)
 Outcome = tuple[str, Any]
@@ -51,20 +52,55 @@ class RewardResult:
     ``timeout`` and ``wrong_length`` count failed function calls, ``nan`` counts non-finite values and
     ``none`` counts samples that no function scored.
     ``per_function`` maps each spec to its valid values (``None`` where it gave none or failed).
+    ``errors`` maps each spec whose call failed (raised, timed out, wrong length) to the error's last line.
     """
 
     rewards: list[float | None]
     failures: dict[str, int] = field(default_factory=dict)
     per_function: dict[str, list[float | None]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def call_reward(fn: Callable, prompts: list, completions: list, columns: dict[str, list]) -> list:
+    """Call one reward function as TRL's ``GRPOTrainer`` does (keywords; an async one runs to completion).
+
+    Besides the per-sample columns it passes TRL's ``trainer_state`` (None: there is no HF trainer) and the
+    ``log_extra`` / ``log_metric`` hooks (logged at debug level). Returns what the function returned.
+    """
+    out = fn(
+        prompts=prompts,
+        completions=completions,
+        trainer_state=None,
+        log_extra=_log_extra,
+        log_metric=_log_metric,
+        **columns,
+    )
+    return asyncio.run(_await(out)) if inspect.isawaitable(out) else out
+
+
+def reward_values(out: Any) -> list[float | None]:
+    """A reward function's output as floats and ``None``s; raises ``TypeError`` for anything else (strings...)."""
+    if isinstance(out, (str, bytes)) or not hasattr(out, "__iter__"):
+        raise TypeError(f"a reward function must return a list of numbers, got {type(out).__name__}")
+    values = list(out)
+    bad = [v for v in values if v is not None and not isinstance(v, (int, float))]
+    if bad:
+        raise TypeError(f"a reward function must return numbers or None, got {type(bad[0]).__name__} {bad[0]!r}")
+    return [None if v is None else float(v) for v in values]
+
+
+def _log_extra(column: str, values: list) -> None:
+    logger.debug("reward log_extra %s: %s", column, values)
+
+
+def _log_metric(name: str, value: float) -> None:
+    logger.debug("reward log_metric %s: %s", name, value)
 
 
 def _call_safely(fn: Callable, prompts: list, completions: list, columns: dict[str, list]) -> Outcome:
-    """Call one reward function TRL style (keywords; an async one runs to completion), values as floats."""
+    """``call_reward`` with its values checked; an exception becomes a ``raised`` outcome with the traceback."""
     try:
-        out = fn(prompts=prompts, completions=completions, **columns)
-        if inspect.isawaitable(out):
-            out = asyncio.run(_await(out))
-        return "ok", [None if v is None else float(v) for v in out]
+        return "ok", reward_values(call_reward(fn, prompts, completions, columns))
     except Exception:
         return "raised", traceback.format_exc()
 
@@ -220,6 +256,11 @@ class RewardPool:
                 self.close()
                 raise ValueError(f"reward workers failed to start: {payload}")
 
+    @property
+    def names(self) -> list[str]:
+        """Each function's key in ``RewardResult.per_function`` and ``errors`` (its spec, ``#2`` if repeated)."""
+        return list(self._names)
+
     def _spawn(self) -> _Worker:
         return _Worker(self._ctx, [spec for spec, _ in self.specs], self.base_dir)
 
@@ -274,8 +315,8 @@ class RewardPool:
         bad = {k: len(v) for k, v in columns.items() if len(v) != n}
         if len(prompts) != n or bad:
             raise ValueError(f"{n} completions but {len(prompts)} prompts; columns of other lengths: {bad}")
-        if {"prompts", "completions"} & columns.keys():
-            raise ValueError("columns may not be named 'prompts' or 'completions'")
+        if {"prompts", "completions", *TRL_HOOKS} & columns.keys():
+            raise ValueError(f"columns may not be named 'prompts', 'completions' or {', '.join(TRL_HOOKS)}")
         return columns
 
     def _submit(self, prompts: list, completions: list, columns: dict[str, list]) -> list[Future]:
@@ -322,12 +363,14 @@ class RewardPool:
         scored = [False] * n
         failed = [False] * n
         per_function: dict[str, list[float | None]] = {}
+        errors: dict[str, str] = {}
         for name, (_, weight), (kind, payload) in zip(self._names, self.specs, outcomes, strict=True):
             if kind == "ok" and len(payload) != n:
                 kind, payload = "wrong_length", f"returned {len(payload)} values for {n} completions"
             if kind != "ok":
                 failures[kind] += 1
                 logger.warning("reward %s failed (%s): %s", name, kind, payload)
+                errors[name] = f"{kind}: {str(payload).strip().splitlines()[-1]}"
                 per_function[name] = [None] * n
                 failed = [True] * n
                 continue
@@ -350,7 +393,7 @@ class RewardPool:
                 failed[i] = True
         drop = self.on_failure == "drop"
         rewards: list[float | None] = [None if drop and failed[i] else total[i] for i in range(n)]
-        return RewardResult(rewards, {kind: failures[kind] for kind in FAILURE_KINDS}, per_function)
+        return RewardResult(rewards, {kind: failures[kind] for kind in FAILURE_KINDS}, per_function, errors)
 
 
 def _unique_names(specs: list[str]) -> list[str]:
