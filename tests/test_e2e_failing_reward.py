@@ -5,13 +5,17 @@ from small_runs import small_run
 from rl.driver import run_training
 
 FLAKY = '''
+import multiprocessing
 import time
 
 calls = 0
 
 
 def flaky(prompts, completions, answer, **columns):
-    """A TRL-style reward that fails in a different way on each call, then works once, and repeats."""
+    """A TRL-style reward that fails in a different way on each call, then works once, and repeats; the start-up
+    check (in the main process, not a reward worker) gets a plain answer."""
+    if multiprocessing.parent_process() is None:
+        return [0.0] * len(completions)
     global calls
     calls += 1
     mode = calls % 6

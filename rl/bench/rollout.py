@@ -173,7 +173,8 @@ def policy_options(cfg: RolloutBenchConfig, mode: str) -> dict[str, Any]:
     """``make_policy`` keyword arguments for ``mode``, exactly as training derives them from a recipe."""
     from rl.driver import shaping_options
 
-    run = RunConfig(shaping=mode_shaping(cfg, mode), rollout=RolloutConfig(max_tokens=cfg.max_tokens))
+    rollout = RolloutConfig(max_tokens=cfg.max_tokens, max_model_len=cfg.max_tokens + 16)  # policies read max_tokens
+    run = RunConfig(shaping=mode_shaping(cfg, mode), rollout=rollout)
     return shaping_options(run)
 
 
