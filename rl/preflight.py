@@ -124,6 +124,8 @@ def _rows(cfg: DataConfig, split: str) -> list[PromptRow]:
         return dataset_rows(cfg, split)
     except FileNotFoundError as e:
         raise BadInput(f"data.source: {e}; give an existing file, folder, preset or hub dataset") from None
+    except ValueError as e:  # the loader's own message names the problem
+        raise BadInput(f"data.source {cfg.source!r} (split {split!r}): {str(e).splitlines()[0]}") from None
     except Exception as e:
         raise BadInput(f"data.source {cfg.source!r} (split {split!r}): {_line(e)}") from None
 
@@ -138,11 +140,15 @@ def _hash_fraction(row: PromptRow) -> float:
 
 
 def _check_chat_template(encoder: PromptEncoder, cfg: RunConfig, rows: list[PromptRow]) -> None:
-    chat = cfg.data.chat or any(isinstance(r.prompt, list) for r in rows)
-    if chat and not getattr(encoder.tokenizer, "chat_template", None):
+    if getattr(encoder.tokenizer, "chat_template", None):
+        return
+    where = f"model.path {cfg.model.path!r} has no chat template"
+    if cfg.data.chat:
+        raise BadInput(f"{where}, but data.chat is set; set data.chat=false or use a model with a chat template")
+    if any(isinstance(r.prompt, list) for r in rows):
         raise BadInput(
-            f"model.path {cfg.model.path!r} has no chat template, but the prompts are chat messages "
-            f"(data.chat={cfg.data.chat}); set data.chat=false or use a model with a chat template"
+            f"{where}, but data.prompt_field {cfg.data.prompt_field!r} holds chat messages; use a model with a "
+            f"chat template"
         )
 
 
@@ -188,16 +194,24 @@ def check_reward(reward: RewardFn, row: PromptRow, encoder: PromptEncoder, timeo
     if "error" in outcome:
         arguments = ", ".join(["prompts", "completions", *columns, *TRL_HOOKS])
         raise BadInput(f"{where}: {outcome['error']} (a reward gets the keyword arguments {arguments})")
+    if "bad_output" in outcome:
+        raise BadInput(f"{where}: {outcome['bad_output']}")
     if len(outcome["values"]) != 1:
         raise BadInput(f"{where}: returned {len(outcome['values'])} values for 1 completion")
 
 
 def _call_into(outcome: dict[str, Any], fn: Any, row: PromptRow, completion: Any, columns: dict) -> None:
-    """Thread body: ``outcome["values"]`` or ``outcome["error"]`` (one line)."""
+    """Thread body: ``outcome["values"]``, or one line in ``outcome["error"]`` (the call raised) or
+    ``outcome["bad_output"]`` (it returned something other than numbers)."""
     try:
-        outcome["values"] = reward_values(call_reward(fn, [row.prompt], [completion], columns))
+        out = call_reward(fn, [row.prompt], [completion], columns)
     except Exception as e:
         outcome["error"] = _line(e)
+        return
+    try:
+        outcome["values"] = reward_values(out)
+    except TypeError as e:
+        outcome["bad_output"] = str(e)
 
 
 def _line(error: BaseException) -> str:

@@ -108,12 +108,12 @@ CASES = [
     (
         "reward_wrong_arguments",
         lambda t: _bad_reward(t, "def r(completions, solution):\n    return [1.0] * len(completions)\n"),
-        "unexpected keyword argument",
+        "unexpected keyword argument 'prompts' (a reward gets the keyword arguments prompts, completions, answer",
     ),
     (
         "reward_returns_strings",
         lambda t: _bad_reward(t, "def r(completions, **kw):\n    return ['1.0'] * len(completions)\n"),
-        "must return numbers or None, got str '1.0'",
+        "on row data-0: a reward function must return numbers or None, got str '1.0'",
     ),
     (
         "reward_wrong_length",
@@ -131,13 +131,13 @@ CASES = [
         "no result within reward.timeout_s (2 s)",
     ),
     ("reward_import_fails", lambda t: _bad_reward(t, "import not_a_module\n"), "importing"),
-    ("chat_without_template", lambda t: ["data.chat=true"], "has no chat template"),
+    ("chat_without_template", lambda t: ["data.chat=true"], "has no chat template, but data.chat is set"),
     (
         "chat_rows_without_template",
         lambda t: _data_case(
             t, [{"question": [{"role": "user", "content": f"{n}+1="}], "answer": str(n + 1)} for n in range(8)]
         ),
-        "has no chat template",
+        "holds chat messages; use a model with a chat template",
     ),
 ]
 
