@@ -29,8 +29,8 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from rl.config import RunConfig
-from rl.data.source import dataset_rows
 from rl.models import resolve_model
+from rl.preflight import split_rows
 from rl.rewards.loading import load_reward_fn
 
 LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
@@ -121,8 +121,9 @@ def grpo_config(cfg: RunConfig, seed: int, budget: PeerBudget, out_dir: Path, us
 
 
 def train_dataset(cfg: RunConfig) -> Dataset:
-    """The recipe's training rows as TRL reads them: ``prompt``, ``answer`` and every other column."""
-    rows = dataset_rows(cfg.data, cfg.data.train_split)
+    """The recipe's training rows (Tailor's, held-out rows left out) as TRL reads them: ``prompt``, ``answer`` and
+    every other column."""
+    rows, _ = split_rows(cfg.data)
     return Dataset.from_list([{**r.columns, "prompt": r.prompt, "answer": r.answer} for r in rows])
 
 
