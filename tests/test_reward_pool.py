@@ -274,3 +274,28 @@ def test_close_cuts_a_hung_call_short(reward_dir: Path, tmp_path: Path) -> None:
     thread.join(10.0)
     assert time.monotonic() - start < 5.0 and not thread.is_alive()
     assert results[0].failures["raised"] == 1 and results[0].rewards == [0.0]
+
+
+TRL_KWARGS = """
+import numpy as np
+
+def trl_hooks(prompts, completions, completion_ids, trainer_state, log_extra, log_metric, **kwargs):
+    log_metric("seen", len(completions))
+    log_extra("ids", completion_ids)
+    assert trainer_state is None
+    return np.array([len(ids) for ids in completion_ids], dtype=np.float32)
+
+def strings(completions, **kwargs):
+    return ["1.0"] * len(completions)
+"""
+
+
+def test_trl_keyword_arguments_numbers_and_strings(tmp_path: Path) -> None:
+    """TRL's hooks and completion_ids reach a reward; numpy numbers count, strings are a failure with its error."""
+    (tmp_path / "trl_kwargs.py").write_text(TRL_KWARGS)
+    specs = [("trl_kwargs.py:trl_hooks", 1.0), ("trl_kwargs.py:strings", 1.0)]
+    with RewardPool(specs, num_workers=1, base_dir=tmp_path) as p:
+        result = p.score_sync(["q", "q"], ["ab", "c"], {"completion_ids": [[1, 2], [3]]})
+    assert result.per_function["trl_kwargs.py:trl_hooks"] == [2.0, 1.0]
+    assert result.failures["raised"] == 1 and list(result.errors) == ["trl_kwargs.py:strings"]
+    assert "must return numbers or None, got str '1.0'" in result.errors["trl_kwargs.py:strings"]

@@ -79,11 +79,12 @@ def call_reward(fn: Callable, prompts: list, completions: list, columns: dict[st
 
 
 def reward_values(out: Any) -> list[float | None]:
-    """A reward function's output as floats and ``None``s; raises ``TypeError`` for anything else (strings...)."""
+    """A reward function's output as floats and ``None``s (numbers of any kind: numpy, 0-d tensors); raises
+    ``TypeError`` for anything else (strings, lists...)."""
     if isinstance(out, (str, bytes)) or not hasattr(out, "__iter__"):
         raise TypeError(f"a reward function must return a list of numbers, got {type(out).__name__}")
     values = list(out)
-    bad = [v for v in values if v is not None and not isinstance(v, (int, float))]
+    bad = [v for v in values if v is not None and (isinstance(v, (str, bytes)) or not hasattr(v, "__float__"))]
     if bad:
         raise TypeError(f"a reward function must return numbers or None, got {type(bad[0]).__name__} {bad[0]!r}")
     return [None if v is None else float(v) for v in values]
