@@ -7,8 +7,6 @@ logged warning. ``preflight`` returns what the driver needs, so nothing is loade
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import re
 import threading
@@ -17,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.config import DataConfig, RewardFn, RolloutConfig, RunConfig
+from rl.data.holdout import hold_out, same_rows
 from rl.data.source import dataset_rows
 from rl.models import BUILTIN_PREFIX, resolve_model
 from rl.prompting import PromptEncoder
@@ -90,32 +89,13 @@ def _encoder(model_dir: str, path: str) -> PromptEncoder:
 
 
 def split_rows(cfg: DataConfig) -> tuple[list[PromptRow], list[PromptRow]]:
-    """Training and held-out rows: the source's own splits, ``test_source``, or a hash split of one set of rows.
-
-    A source without a separate test split (one local file, a folder without split files) gives the same rows for
-    both; then ``test_fraction`` of them, picked by a hash of the prompt, are held out (0: evaluate on training
-    rows, with a warning).
-    """
+    """Training and held-out rows: the source's own splits, ``test_source``'s test split, or ``hold_out``'s part
+    of a source without a separate test split (one local file, a folder without split files)."""
     train = _rows(cfg, cfg.train_split)
     if cfg.test_source is not None:
         return train, _rows(cfg.model_copy(update={"source": cfg.test_source}), cfg.test_split)
     test = _rows(cfg, cfg.test_split)
-    if {_key(r) for r in test} != {_key(r) for r in train}:
-        return train, test
-    if cfg.test_fraction == 0:
-        log.warning(
-            "data.source %r has no test split and data.test_fraction=0: evaluating on training rows", cfg.source
-        )
-        return train, test
-    cut = max(cfg.test_fraction, min(_hash_fraction(r) for r in train) + 1e-12)  # at least one row held out
-    held = [r for r in train if _hash_fraction(r) < cut]
-    kept = [r for r in train if _hash_fraction(r) >= cut]
-    print(
-        f"data: {cfg.source!r} has no test split; holding out {len(held)} of {len(train)} rows "
-        f"(data.test_fraction={cfg.test_fraction}, by prompt hash)",
-        flush=True,
-    )
-    return kept, held
+    return hold_out(train, cfg.test_fraction, cfg.source) if same_rows(train, test) else (train, test)
 
 
 def _rows(cfg: DataConfig, split: str) -> list[PromptRow]:
@@ -128,15 +108,6 @@ def _rows(cfg: DataConfig, split: str) -> list[PromptRow]:
         raise BadInput(f"data.source {cfg.source!r} (split {split!r}): {str(e).splitlines()[0]}") from None
     except Exception as e:
         raise BadInput(f"data.source {cfg.source!r} (split {split!r}): {_line(e)}") from None
-
-
-def _key(row: PromptRow) -> str:
-    return row.prompt if isinstance(row.prompt, str) else json.dumps(row.prompt, sort_keys=True)
-
-
-def _hash_fraction(row: PromptRow) -> float:
-    """A number in [0, 1) fixed by the row's prompt alone."""
-    return int(hashlib.sha256(_key(row).encode()).hexdigest()[:12], 16) / 16**12
 
 
 def _check_chat_template(encoder: PromptEncoder, cfg: RunConfig, rows: list[PromptRow]) -> None:
