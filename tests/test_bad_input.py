@@ -86,6 +86,12 @@ CASES = [
     ("missing_data_file", lambda t: [*BASE, f"data.source={t / 'nope.jsonl'}"], "does not exist"),
     ("missing_data_dir", lambda t: [*BASE, "data.source=./no/such/folder"], "does not exist"),
     ("no_usable_rows", lambda t: _data_case(t, [{"question": " ", "answer": "1"}] * 5), "no usable rows"),
+    (
+        "wrong_prompt_field",
+        lambda t: [*_data_case(t, ROWS), "data.prompt_field=problem"],
+        "skipped {'missing_field': 100}; prompt field 'problem', answer field 'answer', the first row's columns "
+        "['answer', 'question', 'topic']",
+    ),
     ("unsupported_file_type", lambda t: [*BASE, f"data.source={_file(t / 'd.csv', 'a,b')}"], "unsupported file"),
     (
         "non_utf8_data",

@@ -94,10 +94,13 @@ def load_rows(
     rows: list[PromptRow] = []
     skipped: Counter[str] = Counter()
     examined = 0
+    columns_seen: list[str] = []  # the first record's columns, to name them when no row is usable
     for index, record in enumerate(records):
         if limit is not None and len(rows) >= limit:
             break
         examined += 1
+        if not columns_seen and isinstance(record, dict):
+            columns_seen = sorted(record)
         try:
             prompt, answer, columns = _convert(
                 record, prompt_field, answer_field, template, answer_extractor, system_prompt, chat
@@ -110,7 +113,12 @@ def load_rows(
     if not rows:
         if not skipped:
             raise ValueError(f"dataset {label!r} (split {split!r}) has no rows")
-        raise ValueError(f"no usable rows in dataset {label!r} (split {split!r}); skipped {dict(skipped)}")
+        fields = (
+            f"; prompt field {prompt_field!r}, answer field {answer_field!r}, the first row's columns {columns_seen}"
+            if skipped.get("missing_field")
+            else ""
+        )
+        raise ValueError(f"no usable rows in dataset {label!r} (split {split!r}); skipped {dict(skipped)}{fields}")
     if skipped:
         reasons = ", ".join(f"{reason}={n}" for reason, n in sorted(skipped.items()))
         logger.warning("dataset %r: skipped %d of %d rows (%s)", label, sum(skipped.values()), examined, reasons)
