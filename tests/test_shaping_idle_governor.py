@@ -4,10 +4,10 @@ import math
 
 import pytest
 from pydantic import ValidationError
-
-from rl.config import load_config
 from rl.shaping.factory import make_policy
 from rl.shaping.idle_governor import GAIN, IdleGovernor
+
+from rl.config import load_config
 
 
 def test_idle_rollouts_buy_spares_and_a_busy_rollout_side_sheds_them():
