@@ -26,6 +26,7 @@ class TrajectoryBuffer:
         self.produced = 0
         self.consumed = 0
         self.dropped: Counter[str] = Counter()
+        self._dropped_positions: list[int] = []  # stream positions of dropped groups not yet taken
 
     async def put(self, group: Group) -> None:
         """Add a finished group; waits while the buffer is full."""
@@ -48,6 +49,7 @@ class TrajectoryBuffer:
                 group = self._groups.popleft()
                 if self._is_stale(group, trainer_version):
                     self.dropped["stale"] += 1
+                    self._dropped_positions.append(group.position)
                     continue
                 batch.append(group)
                 self.consumed += 1
@@ -62,6 +64,11 @@ class TrajectoryBuffer:
         async with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+    async def take_dropped_positions(self) -> list[int]:
+        """The stream positions of the groups dropped since the last call."""
+        taken, self._dropped_positions = self._dropped_positions, []
+        return taken
 
     async def stats(self) -> dict[str, int]:
         return {

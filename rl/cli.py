@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import signal
@@ -48,11 +49,22 @@ def checked_config(build: Callable[[], T]) -> T | None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from rl.checkpoint import CheckpointError, resume_config
     from rl.config import load_config
 
-    cfg = checked_config(lambda: load_config(recipe_path(args.recipe), args.overrides))
-    if cfg is None:
+    def build() -> tuple[RunConfig, Path | None]:
+        if args.resume is None:
+            if args.recipe is None:
+                raise ValueError("give a recipe (e.g. rl train arith_tiny) or --resume RUN_DIR")
+            return load_config(recipe_path(args.recipe), args.overrides), None
+        if args.recipe is not None and "=" not in args.recipe:
+            raise ValueError(f"--resume continues the run's saved config; {args.recipe!r} is not key=value")
+        return resume_config(args.resume, [*([args.recipe] if args.recipe else []), *args.overrides])
+
+    built = checked_config(build)
+    if built is None:
         return 2
+    cfg, resume = built
     from rl.preflight import BadInput, preflight
 
     try:
@@ -60,14 +72,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     except BadInput as e:
         print(f"bad input: {e}", file=sys.stderr)
         return 2
-    from rl.driver import RunFailed, run_training
+    from rl.driver import Driver, RunFailed
 
     try:
-        summary = run_training(cfg, inputs)
+        driver = Driver(cfg, inputs, resume)
+    except CheckpointError as e:
+        print(f"cannot resume: {e}", file=sys.stderr)
+        return 2
+    try:
+        summary = asyncio.run(driver.run())
     except RunFailed as e:
         print(f"run stopped: {e}", file=sys.stderr)
         return 1
     print(json.dumps(summary, indent=2, default=str))
+    if summary["stopped_by"]:
+        print(f"stopped at step {summary['steps']}; continue with: rl train --resume {cfg.run_dir}")
+        return 128 + signal.Signals[summary["stopped_by"]]
     print(
         f"held-out accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
         f"in {summary['train_seconds']:.0f} s of training ({summary['steps']} steps)"
@@ -111,7 +131,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="pass@k, reward and response lengths of a model or checkpoint on a dataset")
-    ev.add_argument("model", help="builtin:NAME, an HF model directory, or a run directory (uses its checkpoint/)")
+    ev.add_argument("model", help="builtin:NAME, an HF model directory, or a run directory (its latest checkpoint)")
     ev.add_argument("--dataset", required=True, help="arith, a preset (gsm8k, math, math500, ...), hub name or file")
     ev.add_argument("--split", default="test", help="dataset split (default test)")
     ev.add_argument("--samples", type=_positive, default=1, help="samples per problem; pass@k for k=1,2,4..samples")
@@ -418,9 +438,15 @@ def _add_bench_peer(bench: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rl", description="Tailor: asynchronous RL post-training")
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train with a recipe")
-    train.add_argument("recipe", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")
+    train = sub.add_parser("train", help="train with a recipe, or continue a run (--resume RUN_DIR)")
+    train.add_argument("recipe", nargs="?", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")
     train.add_argument("overrides", nargs="*", help="key.path=value overrides")
+    train.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue RUN_DIR from its latest checkpoint with its saved config (overrides: max_steps, eval, ...)",
+    )
     train.set_defaults(func=cmd_train)
     _add_eval(sub)
     report = sub.add_parser("report", help="plots and a Markdown summary of a run's metrics.jsonl")

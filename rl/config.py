@@ -178,7 +178,15 @@ class TrainConfig(Strict):
     mini_batches: int = Field(default=1, ge=1)
     ppo_epochs: int = Field(default=1, ge=1)
     threads: int = Field(default=1, ge=1)  # torch threads per trainer worker on CPU
-    save_checkpoint: bool = True
+    save_checkpoint: bool = Field(
+        default=True,
+        description="write checkpoints (every checkpoint_every steps and at the end) that `rl train --resume` "
+        "continues from and `rl eval RUN_DIR` reads; false: none",
+    )
+    checkpoint_every: int | None = Field(
+        default=50, ge=1, description="steps between checkpoints; None: only at the end"
+    )
+    keep_checkpoints: int = Field(default=2, ge=1, description="the newest checkpoints kept; older ones are removed")
     # periodic asynchrony (arXiv 2511.18871): with max_staleness=0 the trainer runs forward/backward on each
     # group as it arrives and steps once the batch is complete; the same update as synchronous training
     periodic_async: bool = False

@@ -12,19 +12,22 @@ import asyncio
 import itertools
 import logging
 import math
-import random
+import pickle
+import signal
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ray.exceptions import RayActorError
 from tqdm import tqdm
 
+from rl import checkpoint
 from rl.actors import start_buffer, start_ray, start_rollout_workers, start_scorer, start_trainers
 from rl.admission import AdmissionControl
 from rl.advantages import compute_advantages
 from rl.config import RunConfig
+from rl.data.stream import PromptStream
 from rl.evaluation import evaluate
 from rl.metrics import MetricsLogger, summarize_groups
 from rl.preflight import RunInputs, preflight
@@ -38,6 +41,8 @@ from rl.weight_channel import make_weight_channel
 
 log = logging.getLogger("rl.driver")
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # the first: a checkpoint at the step boundary, then a clean stop
+
 
 class RunStopped(Exception):
     """The run is stopping (e.g. no rollout worker left) while the trainer waits for data."""
@@ -49,46 +54,71 @@ class RunFailed(Exception):
 
 @dataclass
 class RunCounters:
-    """Things that happen outside any one step, counted for the run summary."""
+    """Things that happen outside any one step, counted for the run summary (and kept by checkpoints).
 
-    rollout_errors: int = 0
+    Group accounting, an invariant of every run: ``groups_started == groups_trained + rollout_errors +
+    sum(dropped_groups) + replayed_groups + groups in flight or buffered now``.
+    """
+
+    groups_started: int = 0
+    groups_trained: int = 0
+    rollout_errors: int = 0  # groups whose sampling call failed (a dead worker, a failed call)
     dead_workers: int = 0
     restarted_workers: int = 0
     zero_variance_admitted: int = 0  # dynamic sampling's cap was hit: trained on anyway
+    replayed_groups: int = 0  # in flight or buffered at the checkpoint a run resumed from: sampled again
     dropped_groups: dict[str, int] = field(default_factory=dict)
     reward_failures: dict[str, int] = field(default_factory=dict)
 
     def drop(self, reason: str) -> None:
         self.dropped_groups[reason] = self.dropped_groups.get(reason, 0) + 1
 
+    def unaccounted(self, open_groups: int) -> int:
+        """Started groups the invariant does not place, given ``open_groups`` in flight or buffered: 0."""
+        placed = self.groups_trained + self.rollout_errors + sum(self.dropped_groups.values()) + self.replayed_groups
+        return self.groups_started - placed - open_groups
+
 
 class Driver:
-    def __init__(self, cfg: RunConfig, inputs: RunInputs | None = None) -> None:
-        """``inputs``: what ``preflight(cfg)`` loaded (checked here when not given)."""
+    def __init__(self, cfg: RunConfig, inputs: RunInputs | None = None, resume: Path | None = None) -> None:
+        """``inputs``: what ``preflight(cfg)`` loaded (checked here when not given); ``resume``: a complete
+        checkpoint of this run to continue from (see ``rl.checkpoint.resume_config``)."""
         self.cfg = cfg
         inputs = inputs or preflight(cfg)
         self.model_dir = inputs.model_dir
         self.train_rows = inputs.train_rows
         self.test_rows = inputs.test_rows[: cfg.eval.num_problems]
-        self.batches = _epochs(self.train_rows, cfg.train.batch_groups, random.Random(cfg.seed))
+        self.data_fingerprint = checkpoint.data_fingerprint(self.train_rows)
+        self.resume = resume
+        saved = checkpoint.read_driver_state(resume) if resume else {}
+        if saved and saved["data"] != self.data_fingerprint:
+            raise checkpoint.CheckpointError(f"{resume}: the training rows changed since it was written")
+        self.stream = PromptStream(self.train_rows, cfg.train.batch_groups, cfg.seed, saved.get("stream"))
+        self.unfinished: set[int] = set()  # stream positions started and neither trained nor dropped yet
         self.encoder = inputs.encoder
-        self.policy = make_policy(cfg.shaping.policy, **shaping_options(cfg))
-        s = cfg.shaping
-        self.governor = (
-            IdleGovernor(s.avg_redundancy, s.min_redundancy, s.max_redundancy, s.idle_target)
-            if s.idle_target is not None
-            else None
-        )
+        if resume:
+            shaping = pickle.loads((resume / checkpoint.SHAPING_STATE).read_bytes())
+            self.policy, self.governor = shaping["policy"], shaping["governor"]
+        else:
+            self.policy = make_policy(cfg.shaping.policy, **shaping_options(cfg))
+            s = cfg.shaping
+            self.governor = (
+                IdleGovernor(s.avg_redundancy, s.min_redundancy, s.max_redundancy, s.idle_target)
+                if s.idle_target is not None
+                else None
+            )
         self.sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
         self.eval_sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.eval.temperature)  # 0 = greedy
         self.progress_every_s = cfg.shaping.progress_every_s if cfg.shaping.watches_running else 0.0
         self.group_ids = itertools.count()
         self.admission = AdmissionControl(cfg.train.batch_groups, cfg.train.max_staleness)
-        self.counters = RunCounters()
+        self.counters = RunCounters(**saved.get("counters", {}))
         self.reward_streaks: dict[str, int] = {}  # consecutive failed calls of each reward function
         self.failure: str | None = None  # why the run stopped on an error, if it did
         self.stopping = asyncio.Event()
-        self.version = 0
+        self.stop_signal: int | None = None  # SIGTERM/SIGINT asked for a checkpoint, then a clean stop
+        self.version = saved.get("version", 0)
+        self.accuracy_before = saved.get("accuracy_before", math.nan)
         self.zero_variance_this_step = 0
         self.pending_sync: asyncio.Task | None = None  # an overlapped weight sync still loading
         self.last_sync: dict[str, float] = {}  # the last finished weight sync: whole, trainer export, engine load
@@ -99,6 +129,9 @@ class Driver:
 
         cfg = self.cfg
         owns_ray = start_ray(cfg)
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:  # after ray.init, whose own SIGTERM handler would abort the process
+            loop.add_signal_handler(signum, self.request_stop, signum)
         if cfg.weight_sync.transport != "cpu" and not ray.cluster_resources().get("GPU"):
             if owns_ray:
                 ray.shutdown()
@@ -119,7 +152,10 @@ class Driver:
         self.channel = make_weight_channel(
             cfg.weight_sync.transport, self.trainers[0], self.live, cfg.rollout.partial_rollouts == "resubmit"
         )
-        self.logger = MetricsLogger(cfg.run_dir)
+        if not self.resume:
+            checkpoint.start_fresh(cfg.run_dir)
+            checkpoint.save_config(cfg)
+        self.logger = MetricsLogger(cfg.run_dir, resume_step=self.version if self.resume else None)
         try:
             await self.channel.start()
             t0 = time.monotonic()
@@ -127,7 +163,10 @@ class Driver:
             log.info("rollout engines up in %.1f s", max(s["startup_s"] for s in stats))
             if self.scorer:
                 log.info("scorer worker up in %.1f s", (await self.scorer.stats.remote())["startup_s"])
-            before = await self._evaluate("before")
+            if self.resume:
+                await self._restore()
+            else:
+                self.accuracy_before = (await self._evaluate("before"))["accuracy"]
             rollouts = asyncio.create_task(self.continuous_rollouts())
             await self.continuous_training()
             self.stopping.set()
@@ -136,24 +175,29 @@ class Driver:
             if self.failure:
                 raise RunFailed(self.failure)
             train_seconds = time.monotonic() - t0
-            after = await self._evaluate("after") if self.live else {"accuracy": math.nan}
-            checkpoint = (
-                await self.trainers[0].save.remote(str(cfg.run_dir / "checkpoint"))
-                if cfg.train.save_checkpoint
-                else None
-            )
+            finished = self.stop_signal is None and bool(self.live)
+            after = await self._evaluate("after") if finished else {"accuracy": math.nan}
+            saved = checkpoint.complete_checkpoints(cfg.run_dir)
+            if cfg.train.save_checkpoint and not (saved and checkpoint.step_of(saved[-1]) == self.version):
+                saved.append(await self._checkpoint())
             summary = {
-                "accuracy_before": before["accuracy"],
+                "accuracy_before": self.accuracy_before,
                 "accuracy_after": after["accuracy"],
                 "train_seconds": train_seconds,
                 "steps": self.version,
-                "checkpoint": checkpoint,
+                "stopped_by": signal.Signals(self.stop_signal).name if self.stop_signal else None,
+                "checkpoint": str(saved[-1]) if cfg.train.save_checkpoint and saved else None,
                 "engine_startup_s": max(s["startup_s"] for s in stats),
                 "buffer": await self.buffer.stats.remote(),
                 "rollout_errors": self.counters.rollout_errors,
                 "dead_workers": self.counters.dead_workers,
                 "restarted_workers": self.counters.restarted_workers,
                 "zero_variance_admitted": self.counters.zero_variance_admitted,
+                "replayed_groups": self.counters.replayed_groups,
+                "groups_started": self.counters.groups_started,
+                "groups_trained": self.counters.groups_trained,
+                "groups_open": len(self.unfinished),
+                "groups_unaccounted": self.counters.unaccounted(len(self.unfinished)),
                 "dropped_groups": self.counters.dropped_groups,
                 "reward_failures": self.counters.reward_failures,
             }
@@ -164,6 +208,8 @@ class Driver:
             )
             return summary
         finally:
+            for signum in STOP_SIGNALS:
+                loop.remove_signal_handler(signum)
             for task in self.background:  # a replacement still starting when the run ends
                 task.cancel()
             self.logger.close()
@@ -178,21 +224,25 @@ class Driver:
         """Plan prompts a batch at a time; start each group as soon as admission allows."""
         in_flight: set[asyncio.Task] = set()
         turns = itertools.count()
-        for chunk in self.batches:
-            plans = self.policy.plan([row.prompt_id for row in chunk])
-            for row, plan in zip(chunk, plans, strict=True):
+        for chunk in self.stream.chunks():
+            plans = self.policy.plan([row.prompt_id for _, row in chunk])
+            for (position, row), plan in zip(chunk, plans, strict=True):
                 await self.admission.acquire()
                 while not self.live and self.restarting:  # every worker died; wait for a replacement
                     await asyncio.sleep(0.2)
                 if not self.live:  # every rollout worker died for good; the trainer side stops the run
                     return
-                task = asyncio.create_task(self.produce_group(self.live[next(turns) % len(self.live)], row, plan))
+                worker = self.live[next(turns) % len(self.live)]
+                task = asyncio.create_task(self.produce_group(worker, position, row, plan))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
 
-    async def produce_group(self, worker: Any, row: PromptRow, plan: Any) -> None:
-        """Sample, score and buffer one group; every outcome releases its admission slot."""
+    async def produce_group(self, worker: Any, position: int, row: PromptRow, plan: Any) -> None:
+        """Sample, score and buffer one group (the stream's ``position``); every outcome releases its admission
+        slot, and one that does not reach the buffer finishes its stream position."""
         accepted = False
+        self.unfinished.add(position)
+        self.counters.groups_started += 1
         try:
             prompt_tokens = self.encoder.encode(row.prompt)
             result = await worker.generate_group.remote(
@@ -205,14 +255,18 @@ class Driver:
             )
             group = await self._score(row, prompt_tokens, result)
             if group is not None:
+                group.position = position
                 self.policy.observe(row.prompt_id, [len(s.tokens) for s in group.samples])
             if group is not None and not self._filtered_out(group):
                 await self.buffer.put.remote(group)
                 accepted = True
+            else:  # dropped; ``_score`` or ``_filtered_out`` counted why
+                self._finish(position)
         except asyncio.CancelledError:
-            raise
+            raise  # the run is ending: the group stays open (a resume samples it again)
         except Exception as e:  # a dead worker or a failed call: count it, free the slot, go on
             self.counters.rollout_errors += 1
+            self._finish(position)
             log.error("group %s failed: %s", row.prompt_id, e)
             if isinstance(e, RayActorError):
                 self._lost(worker)
@@ -221,6 +275,11 @@ class Driver:
                 self.stopping.set()
         finally:
             await self.admission.finish(accepted)
+
+    def _finish(self, position: int) -> None:
+        """``position``'s group was trained or dropped: a resume will not sample it again."""
+        self.unfinished.discard(position)
+        self.stream.finish(position)
 
     def _lost(self, worker: Any) -> None:
         """A rollout worker died: route new groups to the others and start a replacement while restarts are left;
@@ -327,9 +386,9 @@ class Driver:
     async def continuous_training(self) -> None:
         """Consume batches, step the trainers, sync weights, log; ``max_steps`` times."""
         cfg = self.cfg.train
-        bar = tqdm(total=cfg.max_steps, desc="train", unit="step", dynamic_ncols=True)
+        bar = tqdm(total=cfg.max_steps, initial=self.version, desc="train", unit="step", dynamic_ncols=True)
         last, last_idle = time.monotonic(), self.admission.idle_seconds()
-        for step in range(1, cfg.max_steps + 1):
+        for step in range(self.version + 1, cfg.max_steps + 1):
             if self.stopping.is_set():
                 log.error("stopping early at step %d", step)
                 break
@@ -338,6 +397,12 @@ class Driver:
             except RunStopped:
                 log.error("stopping early at step %d: no more rollouts are coming", step)
                 break
+            for group in groups:
+                self._finish(group.position)
+            self.counters.groups_trained += len(groups)
+            for position in await self.buffer.take_dropped_positions.remote():
+                self.counters.drop("stale")
+                self._finish(position)
             buffer_stats = await self.buffer.stats.remote()
             await self.admission.forget(buffer_stats.get("dropped_stale", 0) - self.admission.forgotten)
             batch_stats = summarize_groups(groups, self.version)
@@ -351,6 +416,7 @@ class Driver:
                 "rollout_errors": self.counters.rollout_errors,
                 "zero_variance_dropped": float(self.zero_variance_this_step),
                 "trainer_tokens_per_s": batch_stats["kept_tokens"] / max(busy, 1e-9),
+                "prompt_ids": [g.prompt.prompt_id for g in groups],  # what this step trained on
             }
             self.zero_variance_this_step = 0
             if step % cfg.sync_every == 0:
@@ -370,11 +436,68 @@ class Driver:
             self.logger.log(step, metrics)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.2f}")
             bar.update(1)
+            every = cfg.checkpoint_every
+            if cfg.save_checkpoint and step < cfg.max_steps and (self.stop_signal or (every and step % every == 0)):
+                await self._checkpoint()
+            if self.stop_signal:
+                log.warning("stopped at step %d on %s", step, signal.Signals(self.stop_signal).name)
+                break
             if self.cfg.eval.every and step % self.cfg.eval.every == 0 and step < cfg.max_steps:
                 await self._synced()
                 await self._evaluate(f"step{step}")
         await self._synced()
         bar.close()
+
+    def request_stop(self, signum: int) -> None:
+        """A signal handler: the first SIGTERM/SIGINT stops the run at the next step boundary with a checkpoint;
+        a second one stops it now (``finally`` blocks still shut everything down)."""
+        if self.stop_signal is not None:
+            raise KeyboardInterrupt
+        self.stop_signal = signum
+        log.warning(
+            "%s: stopping after this step with a checkpoint (send it again to stop now)", signal.Signals(signum).name
+        )
+
+    async def _checkpoint(self) -> Path:
+        """Write a complete checkpoint of step ``self.version`` (see ``rl.checkpoint``); returns its directory."""
+        t0 = time.monotonic()
+        tmp = checkpoint.begin(self.cfg.run_dir, self.version)
+        await self.trainers[0].save.remote(str(tmp))
+        (tmp / checkpoint.SHAPING_STATE).write_bytes(pickle.dumps({"policy": self.policy, "governor": self.governor}))
+        state = {
+            "version": self.version,
+            "config": checkpoint.config_fingerprint(self.cfg),
+            "data": self.data_fingerprint,
+            "stream": self.stream.state(),
+            "in_flight": len(self.unfinished),
+            "counters": asdict(self.counters),
+            "accuracy_before": self.accuracy_before,
+            "trainer_digest": await self.trainers[0].state_digest.remote(),
+        }
+        path = checkpoint.commit(tmp, state, self.cfg.train.keep_checkpoints)
+        log.info("checkpoint of step %d written to %s in %.1f s", self.version, path, time.monotonic() - t0)
+        return path
+
+    async def _restore(self) -> None:
+        """Load the checkpoint into every trainer rank and the rollout engines; log what was restored."""
+        path = str(self.resume)
+        await asyncio.gather(*[t.load.remote(path) for t in self.trainers])
+        saved = checkpoint.read_driver_state(self.resume)
+        digest = await self.trainers[0].state_digest.remote()
+        if digest != saved["trainer_digest"]:
+            raise RunFailed(f"{path}: the trainer state loaded differs from the one saved; the checkpoint is damaged")
+        self.admission.accepted = self.version * self.cfg.train.batch_groups  # every trained group, as if run on
+        await self._publish(self.version, None)
+        self.counters.replayed_groups += saved["in_flight"]
+        self.logger.log(
+            self.version, {"trainer_digest_equal": 1.0, "replayed_groups": float(saved["in_flight"])}, kind="resume"
+        )
+        log.warning(
+            "resumed at step %d from %s; %d groups in flight or buffered at that checkpoint are sampled again",
+            self.version,
+            path,
+            saved["in_flight"],
+        )
 
     async def _sync_weights(self) -> dict[str, float]:
         """Publish ``self.version`` to the rollout engines; returns the sync's metrics.
@@ -465,21 +588,6 @@ def assign_advantages(estimator: str, groups: list[Group]) -> None:
         group.advantages = advantages
 
 
-def _epochs(rows: list[PromptRow], chunk: int, rng: random.Random) -> Iterator[list[PromptRow]]:
-    """Endless shuffled passes over ``rows``, ``chunk`` rows at a time; ``ValueError`` now if ``rows`` are fewer."""
-    if len(rows) < chunk:
-        raise ValueError(f"{len(rows)} training rows cannot fill a batch of {chunk} groups (train.batch_groups)")
-    return _passes(rows, chunk, rng)
-
-
-def _passes(rows: list[PromptRow], chunk: int, rng: random.Random) -> Iterator[list[PromptRow]]:
-    while True:
-        order = rows[:]
-        rng.shuffle(order)
-        for i in range(0, len(order) - chunk + 1, chunk):
-            yield order[i : i + chunk]
-
-
 def shaping_options(cfg: RunConfig) -> dict[str, Any]:
     """Constructor options for ``make_policy`` from a run config (shared by training and the rollout bench)."""
     s = cfg.shaping
@@ -503,6 +611,6 @@ def shaping_options(cfg: RunConfig) -> dict[str, Any]:
     return options
 
 
-def run_training(cfg: RunConfig, inputs: RunInputs | None = None) -> dict[str, Any]:
-    """Synchronous entry point used by the CLI and tests (``inputs``: see ``Driver``)."""
-    return asyncio.run(Driver(cfg, inputs).run())
+def run_training(cfg: RunConfig, inputs: RunInputs | None = None, resume: Path | None = None) -> dict[str, Any]:
+    """Synchronous entry point used by tests (``inputs``, ``resume``: see ``Driver``)."""
+    return asyncio.run(Driver(cfg, inputs, resume).run())

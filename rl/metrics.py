@@ -60,21 +60,35 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
 
 
 class MetricsLogger:
-    """Appends one JSON line per record and mirrors scalars to TensorBoard."""
+    """Writes one JSON line per record and mirrors scalars to TensorBoard.
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    A new run starts ``metrics.jsonl`` afresh. A run resumed at step ``resume_step`` keeps the records up to that
+    step (not an earlier summary), drops the ones a killed run wrote after it, continues their clock
+    (``time_s``), and TensorBoard drops its later events too, so each step appears once.
+    """
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "metrics.jsonl"
-        self._file = self.path.open("a")
+        kept = _records_through(self.path, resume_step) if resume_step is not None else []
+        self._file = self.path.open("w")
+        for record in kept:
+            self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(run_dir / "tb"))
-        self._t0 = time.monotonic()
+            purge = None if resume_step is None else resume_step + 1
+            self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge)
+        self._t0 = time.monotonic() - max((r.get("time_s", 0.0) for r in kept), default=0.0)
+
+    def elapsed(self) -> float:
+        """Seconds on the run's clock (a resumed run's clock goes on from its checkpoint)."""
+        return time.monotonic() - self._t0
 
     def log(self, step: int, metrics: dict[str, float], kind: str = "train") -> None:
-        record = {"kind": kind, "step": step, "time_s": round(time.monotonic() - self._t0, 3), **metrics}
+        record = {"kind": kind, "step": step, "time_s": round(self.elapsed(), 3), **metrics}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._tb is not None:
@@ -86,3 +100,16 @@ class MetricsLogger:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+
+
+def _records_through(path: Path, step: int) -> list[dict]:
+    """The records of ``path`` up to ``step``, summaries left out (none if the file does not exist)."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:  # the last line of a run killed while writing it
+            continue
+    return [r for r in records if r.get("step", 0) <= step and r.get("kind") != "summary"]

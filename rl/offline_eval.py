@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl.checkpoint import complete_checkpoints
 from rl.config import RunConfig
 from rl.data.source import dataset_rows
 from rl.evaluation import ProblemRecord, sample_and_score, summarize
@@ -31,19 +32,19 @@ def recipe_for_dataset(dataset: str) -> str:
 
 
 def resolve_eval_model(name: str) -> str:
-    """A local model directory for ``builtin:NAME``, an HF directory, or a run directory holding ``checkpoint/``.
-
-    Anything else is returned as it is (a hub name, for users with hub access).
+    """A local model directory for ``builtin:NAME``, an HF directory, or a run directory (its latest complete
+    checkpoint). Anything else is returned as it is (a hub name, for users with hub access).
     """
     if name.startswith(BUILTIN_PREFIX):
         return resolve_model(name)
     path = Path(name)
     if (path / "config.json").exists():
         return str(path)
-    if (path / "checkpoint" / "config.json").exists():
-        return str(path / "checkpoint")
+    saved = complete_checkpoints(path)
+    if saved:
+        return str(saved[-1])
     if path.exists():
-        raise ValueError(f"{name}: neither an HF model directory nor a run directory with checkpoint/")
+        raise ValueError(f"{name}: neither an HF model directory nor a run directory with a complete checkpoint")
     return name
 
 

@@ -48,6 +48,7 @@ class Group:
     samples: list[Sample]
     advantages: list[float] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)
+    position: int = -1  # the prompt's position in the training stream (``PromptStream``); -1 outside training
 
     @property
     def min_version(self) -> int:

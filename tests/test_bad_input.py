@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from rl import cli, driver
 from rl.config import load_config
+from rl.data.stream import PromptStream
 from rl.preflight import BadInput, check_model_path, preflight, split_rows
 
 ROWS = [{"question": f"{a}+{b}=", "answer": str(a + b), "topic": "add"} for a in range(10) for b in range(10)]
@@ -49,12 +49,12 @@ def _reward(tmp_path: Path, body: str) -> str:
 
 @pytest.fixture
 def no_actor(monkeypatch):
-    """Fail the test if a run would start (any Ray actor starts inside ``run_training``)."""
+    """Fail the test if a run would start (any Ray actor starts inside ``Driver.run``)."""
 
-    def tripwire(*_args, **_kwargs):
-        raise AssertionError("bad input reached run_training: an actor would start")
+    async def tripwire(*_args, **_kwargs):
+        raise AssertionError("bad input reached Driver.run: an actor would start")
 
-    monkeypatch.setattr(driver, "run_training", tripwire)
+    monkeypatch.setattr(driver.Driver, "run", tripwire)
 
 
 def _train(capsys, recipe: str | Path, *overrides: str) -> tuple[int, str]:
@@ -225,9 +225,9 @@ def test_test_source_and_the_warning_for_no_hold_out(tmp_path, caplog):
     assert train == test and "evaluating on training rows" in caplog.text
 
 
-def test_epochs_refuses_too_few_rows():
+def test_prompt_stream_refuses_too_few_rows():
     with pytest.raises(ValueError, match="3 training rows cannot fill a batch of 4"):
-        driver._epochs([object()] * 3, 4, random.Random(0))
+        PromptStream([object()] * 3, 4, seed=0)
 
 
 def test_subprocess_exit_code_and_no_traceback(tmp_path):

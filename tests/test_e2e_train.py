@@ -28,6 +28,7 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, tiny_model_dir, t
     )
     assert 0.0 <= summary["accuracy_before"] <= 1.0 and 0.0 <= summary["accuracy_after"] <= 1.0
     assert summary["rollout_errors"] == 0
+    assert summary["groups_trained"] == 16 and summary["groups_unaccounted"] == 0
 
     records = [json.loads(line) for line in (tmp_path / "e2e" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]
@@ -43,7 +44,7 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, tiny_model_dir, t
     assert "weight_sync_s" not in train[0] and all(r["weight_sync_s"] > 0 for r in train[1:])
     assert sum(r["weight_sync_wait_s"] for r in train) < sum(r["weight_sync_s"] for r in train[1:])
     assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 2, 4]
-    assert (tmp_path / "e2e" / "checkpoint" / "model.safetensors").exists()
+    assert (tmp_path / "e2e" / "checkpoints" / "step_000004" / "model.safetensors").exists()
     assert any((tmp_path / "e2e" / "tb").iterdir())
 
 

@@ -74,9 +74,9 @@ def test_resolve_eval_model(tmp_path, tiny_model_dir):
     (hf / "config.json").write_text("{}")
     assert resolve_eval_model(str(hf)) == str(hf)
     run = tmp_path / "runs" / "demo"
-    (run / "checkpoint").mkdir(parents=True)
-    (run / "checkpoint" / "config.json").write_text("{}")
-    assert resolve_eval_model(str(run)) == str(run / "checkpoint")  # a run directory: its checkpoint
+    for step in ("step_000010", "step_000020", "step_000030.tmp"):
+        (run / "checkpoints" / step).mkdir(parents=True)
+    assert resolve_eval_model(str(run)) == str(run / "checkpoints" / "step_000020")  # its latest complete one
     with pytest.raises(ValueError, match="neither"):
         resolve_eval_model(str(tmp_path))
     assert resolve_eval_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"  # hub names pass

@@ -8,6 +8,7 @@ count, so the summed gradient is exactly the token-mean gradient of the whole ba
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import socket
@@ -331,28 +332,51 @@ class TrainerWorker:
         return float(sum(p.detach().double().sum() for p in self.model.parameters()))
 
     def save(self, path: str) -> str:
-        """Write an HF checkpoint (model + tokenizer) loadable by vLLM and transformers."""
+        """Write an HF checkpoint (model + tokenizer) loadable by vLLM and transformers, plus what ``load`` needs
+        to continue exactly: optimizer state, version and torch's RNG states (``trainer_state.pt``)."""
         from transformers import AutoTokenizer
 
         os.makedirs(path, exist_ok=True)
         self.model.save_pretrained(path)
         AutoTokenizer.from_pretrained(self.spec.model).save_pretrained(path)
+        rng = {
+            "cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
         torch.save(
-            {"optimizer": self.optimizer.state_dict(), "version": self.version},
+            {"optimizer": self.optimizer.state_dict(), "version": self.version, "rng": rng},
             os.path.join(path, "trainer_state.pt"),
         )
         return path
 
     def load(self, path: str) -> int:
-        """Resume model, optimizer and version from ``save``'s directory; returns the version."""
+        """Resume model, optimizer, version and RNG states from ``save``'s directory; returns the version."""
         from safetensors.torch import load_file
 
         state = load_file(os.path.join(path, "model.safetensors"))
-        self.model.load_state_dict(state, strict=False)
+        missing = self.model.load_state_dict(state, strict=False).missing_keys
+        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+        if set(missing) - tied:
+            raise ValueError(f"{path}: the checkpoint lacks {sorted(set(missing) - tied)[:3]}")
         extra = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
         self.optimizer.load_state_dict(extra["optimizer"])
         self.version = extra["version"]
+        torch.set_rng_state(extra["rng"]["cpu"])
+        if extra["rng"]["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(extra["rng"]["cuda"])
         return self.version
+
+    def state_digest(self) -> str:
+        """SHA-256 over every parameter and optimizer-state tensor, in order: equal digests mean equal states."""
+        h = hashlib.sha256()
+        for name, p in self.model.named_parameters():
+            h.update(name.encode())
+            h.update(p.detach().float().cpu().numpy().tobytes())
+        for index, state in sorted(self.optimizer.state_dict()["state"].items()):
+            for key, value in sorted(state.items()):
+                h.update(f"{index}.{key}".encode())
+                h.update(torch.as_tensor(value).detach().float().cpu().numpy().tobytes())
+        return h.hexdigest()
 
     def shutdown(self) -> None:
         if self.world_size > 1 and torch.distributed.is_initialized():

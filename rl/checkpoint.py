@@ -1,0 +1,184 @@
+"""A run's checkpoints on disk, and the checks that decide whether a run can resume from one.
+
+Layout of a run directory::
+
+    config.yaml                    the run's resolved config, written when it starts
+    metrics.jsonl                  one line per record; a resume truncates it to the checkpoint's step
+    checkpoints/step_000040/       one complete checkpoint
+        model.safetensors, config.json, tokenizer files   the HF model (what ``rl eval`` and vLLM read)
+        trainer_state.pt           optimizer state, trainer version, torch RNG (written by trainer rank 0)
+        shaping.pkl                the shaping policy and the idle governor (length EMAs, TIE fits, budgets)
+        driver.json                the prompt stream, counters, metrics clock and the run's fingerprints
+
+A checkpoint is written under ``step_N.tmp`` and renamed when complete, so a directory named ``step_N`` is
+complete; a ``.tmp`` one (a run killed while writing) is never read and is removed by the next write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rl.config import RunConfig, load_config, parse_override
+from rl.types import PromptRow
+
+log = logging.getLogger("rl.checkpoint")
+
+CHECKPOINTS = "checkpoints"
+CONFIG_FILE = "config.yaml"
+DRIVER_STATE = "driver.json"
+SHAPING_STATE = "shaping.pkl"
+REQUIRED = ("model.safetensors", "config.json", "trainer_state.pt", SHAPING_STATE, DRIVER_STATE)
+# config keys a resume may change: how long to train, how often to save and evaluate, where and how wide things
+# run. Anything else (model, data, seed, batch, algorithm, shaping, ...) would break the run's continuity.
+RESUMABLE = (
+    "train.max_steps",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.save_checkpoint",
+    "eval.every",
+    "eval.num_problems",
+    "reward.num_workers",
+    "reward.timeout_s",
+    "rollout.num_workers",
+    "rollout.cpu_threads_bind",
+    "ray.address",
+    "ray.num_cpus",
+    "logging",
+)
+_WHERE = ("output_dir", "name")  # the run directory itself: follows the directory given to --resume
+
+
+class CheckpointError(ValueError):
+    """A run that cannot resume; the message is one line that says why and what to do."""
+
+
+def _resumable(key: str) -> bool:
+    return key in _WHERE or any(key == k or key.startswith(f"{k}.") for k in RESUMABLE)
+
+
+def config_fingerprint(cfg: RunConfig) -> str:
+    """A digest of every setting a resume must keep (all but ``RESUMABLE`` and the run directory)."""
+    settings = cfg.model_dump(mode="json")
+    for key in [*RESUMABLE, *_WHERE]:
+        *parents, leaf = key.split(".")
+        node = settings
+        for part in parents:
+            node = node.get(part, {})
+        node.pop(leaf, None)
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def data_fingerprint(rows: list[PromptRow]) -> str:
+    """A digest of the training rows' ids and prompts, in order (the stream's positions index them)."""
+    h = hashlib.sha256()
+    for row in rows:
+        h.update(json.dumps([row.prompt_id, row.prompt]).encode())
+    return h.hexdigest()[:16]
+
+
+def save_config(cfg: RunConfig) -> None:
+    """Write the resolved config to ``RUN_DIR/config.yaml`` (what ``--resume`` reads back)."""
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    (cfg.run_dir / CONFIG_FILE).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """The complete checkpoints of ``run_dir``, oldest first."""
+    found = [p for p in (run_dir / CHECKPOINTS).glob("step_*") if p.is_dir() and p.name[5:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def step_of(checkpoint: Path) -> int:
+    return int(checkpoint.name[5:])
+
+
+def latest_checkpoint(run_dir: Path) -> Path:
+    """The newest complete checkpoint; ``CheckpointError`` if there is none or it lacks a file."""
+    found = complete_checkpoints(run_dir)
+    if not found:
+        partial = sorted((run_dir / CHECKPOINTS).glob("step_*.tmp"))
+        hint = f" (only {partial[-1].name}, which was still being written)" if partial else ""
+        raise CheckpointError(
+            f"{run_dir}: no complete checkpoint in {CHECKPOINTS}/{hint}; runs write one every "
+            "train.checkpoint_every steps and at the end"
+        )
+    missing = [f for f in REQUIRED if not (found[-1] / f).exists()]
+    if missing:
+        raise CheckpointError(f"{found[-1]}: incomplete checkpoint (no {', '.join(missing)}); remove it to resume")
+    return found[-1]
+
+
+def read_driver_state(checkpoint: Path) -> dict[str, Any]:
+    return json.loads((checkpoint / DRIVER_STATE).read_text())
+
+
+def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]:
+    """The saved config of ``run_dir`` with ``overrides``, and the checkpoint to resume from.
+
+    Raises ``CheckpointError`` (one line) for a directory that is not a run, an override that would break
+    continuity, no complete checkpoint, or a checkpoint written under another config.
+    """
+    if not (run_dir / CONFIG_FILE).exists():
+        raise CheckpointError(f"{run_dir}: not a run directory (no {CONFIG_FILE}); give the directory of a run")
+    for item in overrides:
+        key = ".".join(parse_override(item)[0])
+        if not _resumable(key):
+            raise CheckpointError(
+                f"override {key!r} would break the run's continuity; a resume may change only "
+                f"{', '.join(RESUMABLE)} (start a new run to change the rest)"
+            )
+    where = [f"output_dir={run_dir.parent}", f"name={run_dir.name}"]
+    cfg = load_config(run_dir / CONFIG_FILE, [*overrides, *where])
+    checkpoint = latest_checkpoint(run_dir)
+    saved = read_driver_state(checkpoint)
+    if saved.get("config") != config_fingerprint(cfg):
+        raise CheckpointError(
+            f"{checkpoint}: written under another config than {run_dir / CONFIG_FILE} now holds; restore that "
+            "file or start a new run"
+        )
+    if saved["version"] >= cfg.train.max_steps:
+        raise CheckpointError(
+            f"{checkpoint}: the run already reached train.max_steps={cfg.train.max_steps}; raise it to train on, "
+            f"e.g. train.max_steps={cfg.train.max_steps * 2}"
+        )
+    return cfg, checkpoint
+
+
+def start_fresh(run_dir: Path) -> None:
+    """A new run in ``run_dir``: an earlier run's checkpoints there are removed, with a warning saying so."""
+    found = complete_checkpoints(run_dir)
+    if found:
+        log.warning(
+            "%s held an earlier run (checkpoint at step %d); starting over. To continue a run instead: "
+            "rl train --resume %s",
+            run_dir,
+            step_of(found[-1]),
+            run_dir,
+        )
+    shutil.rmtree(run_dir / CHECKPOINTS, ignore_errors=True)
+
+
+def begin(run_dir: Path, step: int) -> Path:
+    """An empty directory to write step ``step``'s checkpoint into (an old partial one is removed)."""
+    tmp = run_dir / CHECKPOINTS / f"step_{step:06d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def commit(tmp: Path, driver_state: dict[str, Any], keep: int) -> Path:
+    """Write ``driver.json`` into ``tmp``, rename it complete, keep only the newest ``keep`` checkpoints."""
+    (tmp / DRIVER_STATE).write_text(json.dumps(driver_state, indent=1))
+    final = tmp.with_suffix("")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for old in complete_checkpoints(final.parent.parent)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final

@@ -1,0 +1,101 @@
+"""Checkpoint layout and the resume checks: everything here runs before any actor would start."""
+
+import json
+
+import pytest
+
+from rl import checkpoint
+from rl.checkpoint import CheckpointError, resume_config
+from rl.cli import recipe_path
+from rl.config import load_config
+from rl.metrics import MetricsLogger
+
+
+def _run(tmp_path, *overrides):
+    cfg = load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", "name=r", *overrides])
+    checkpoint.save_config(cfg)
+    return cfg
+
+
+def _write_checkpoint(cfg, step, **state):
+    tmp = checkpoint.begin(cfg.run_dir, step)
+    for name in checkpoint.REQUIRED[:-1]:
+        (tmp / name).write_text("x")
+    return checkpoint.commit(tmp, {"version": step, "config": checkpoint.config_fingerprint(cfg), **state}, keep=2)
+
+
+def test_commit_renames_complete_and_keeps_the_newest(tmp_path):
+    cfg = _run(tmp_path)
+    for step in (10, 20, 30):
+        _write_checkpoint(cfg, step)
+    checkpoint.begin(cfg.run_dir, 40)  # a run killed while writing step 40
+    assert [p.name for p in checkpoint.complete_checkpoints(cfg.run_dir)] == ["step_000020", "step_000030"]
+    assert checkpoint.latest_checkpoint(cfg.run_dir).name == "step_000030"
+
+
+def test_resume_reads_the_saved_config_with_safe_overrides(tmp_path):
+    cfg = _run(tmp_path, "train.max_steps=30", "train.lr=0.002")
+    _write_checkpoint(cfg, 20)
+    resumed, path = resume_config(cfg.run_dir, ["train.max_steps=60", "eval.every=5"])
+    assert path.name == "step_000020"
+    assert resumed.train.max_steps == 60 and resumed.eval.every == 5 and resumed.train.lr == 0.002
+
+
+@pytest.mark.parametrize(
+    ("setup", "overrides", "message"),
+    [
+        ("none", [], "not a run directory"),
+        ("config", [], "no complete checkpoint"),
+        ("partial", [], "only step_000010.tmp, which was still being written"),
+        ("ok", ["train.lr=0.5"], "override 'train.lr' would break the run's continuity"),
+        ("ok", ["seed=3"], "override 'seed' would break"),
+        ("other", [], "written under another config"),
+        ("ok", ["train.max_steps=10"], "already reached train.max_steps=10"),
+        ("missing", [], "incomplete checkpoint (no trainer_state.pt)"),
+    ],
+)
+def test_resume_refuses_with_one_line(tmp_path, setup, overrides, message):
+    cfg = load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", "name=r", "train.max_steps=30"])
+    if setup != "none":
+        checkpoint.save_config(cfg)
+    if setup == "partial":
+        checkpoint.begin(cfg.run_dir, 10)
+    if setup in ("ok", "other", "missing"):
+        other = cfg.model_copy(update={"seed": 99}) if setup == "other" else cfg
+        path = _write_checkpoint(other, 10)
+        if setup == "missing":
+            (path / "trainer_state.pt").unlink()
+    with pytest.raises(CheckpointError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        resume_config(cfg.run_dir, overrides)
+    assert "\n" not in str(e.value)
+
+
+def test_a_new_run_over_an_old_one_starts_over(tmp_path, caplog):
+    cfg = _run(tmp_path)
+    _write_checkpoint(cfg, 10)
+    checkpoint.start_fresh(cfg.run_dir)
+    assert checkpoint.complete_checkpoints(cfg.run_dir) == []
+    assert "starting over" in caplog.text and "--resume" in caplog.text
+
+
+def test_metrics_of_a_resumed_run_hold_each_step_once(tmp_path):
+    logger = MetricsLogger(tmp_path, tensorboard=False)
+    logger.log(0, {"accuracy": 0.2}, kind="eval")
+    for step in range(1, 6):
+        logger.log(step, {"loss": float(step)})
+    logger.close()
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"kind": "train", "st')  # killed mid-line
+
+    resumed = MetricsLogger(tmp_path, tensorboard=False, resume_step=3)
+    for step in range(4, 7):
+        resumed.log(step, {"loss": 10.0 + step})
+    resumed.close()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in records] == [("eval", 0)] + [("train", s) for s in range(1, 7)]
+    assert [r["loss"] for r in records[1:]] == [1.0, 2.0, 3.0, 14.0, 15.0, 16.0]
+    times = [r["time_s"] for r in records]
+    assert times == sorted(times)  # the clock goes on from the checkpoint
+
+    MetricsLogger(tmp_path, tensorboard=False).close()  # a new run starts the file afresh
+    assert (tmp_path / "metrics.jsonl").read_text() == ""

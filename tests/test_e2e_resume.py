@@ -1,0 +1,124 @@
+"""Stopping and resuming a real ``rl train`` (Ray, vLLM, torch) in a subprocess: SIGTERM writes a checkpoint at
+the step boundary and stops; SIGKILL loses only the steps after the last checkpoint; ``--resume`` continues with
+exactly the prompts an uninterrupted run trains next, each step logged once, the trainer state as saved."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from small_runs import small_run
+from test_cli_sigterm import _alive, _descendants, _wait_for
+
+from rl import checkpoint
+from rl.data.stream import PromptStream
+from rl.preflight import preflight
+
+pytestmark = pytest.mark.integration
+
+STEPS = 10
+RUN = [
+    "train.batch_groups=4",
+    "shaping.m_keep=4",
+    "eval.num_problems=8",
+    "eval.every=0",
+    "rollout.cpu_threads_bind=null",
+    "train.max_staleness=0",  # synchronous: step s trains exactly the stream's chunk s
+    f"train.max_steps={STEPS}",
+    "train.checkpoint_every=2",
+    "train.keep_checkpoints=10",
+]
+
+
+def _train_steps(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return [r for r in records if r["kind"] == "train"]
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    with log.open("a") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rl.cli", "train", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _kill_all(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """``sig`` to the run and every process below it (Ray's processes, the engine core)."""
+    pids = _descendants(proc.pid) | {proc.pid}
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, sig)
+    proc.wait(timeout=60)
+    assert _wait_for(lambda: not any(_alive(p) for p in pids), 60)
+
+
+def test_sigterm_then_sigkill_then_resume_continue_the_run_exactly(tiny_model_dir, tmp_path):
+    run_dir = tmp_path / "resume"
+    log = tmp_path / "train.log"
+    args = ["arith_tiny", f"output_dir={tmp_path}", "name=resume", *RUN]
+
+    # 1. SIGTERM once step 1 is logged: a checkpoint at the step boundary, a clean stop, the resume hint
+    proc = _start(args, log)
+    try:
+        assert _wait_for(lambda: _train_steps(run_dir) or proc.poll() is not None, 600), log.read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=300) == 128 + signal.SIGTERM, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            _kill_all(proc)
+    stopped_at = _train_steps(run_dir)[-1]["step"]
+    assert [checkpoint.step_of(p) for p in checkpoint.complete_checkpoints(run_dir)][-1] == stopped_at
+    assert f"continue with: rl train --resume {run_dir}" in log.read_text()
+
+    # 2. resume, then SIGKILL the whole run once a later checkpoint exists and a step beyond it is logged
+    proc = _start(["--resume", str(run_dir)], log)
+    try:
+
+        def past_a_new_checkpoint() -> bool:
+            saved = checkpoint.complete_checkpoints(run_dir)
+            newest = checkpoint.step_of(saved[-1]) if saved else 0
+            return newest > stopped_at and _train_steps(run_dir)[-1]["step"] > newest or proc.poll() is not None
+
+        assert _wait_for(past_a_new_checkpoint, 600), log.read_text()[-3000:]
+        assert proc.poll() is None, log.read_text()[-3000:]
+    finally:
+        _kill_all(proc)
+    killed_after = checkpoint.latest_checkpoint(run_dir)
+    assert _train_steps(run_dir)[-1]["step"] > checkpoint.step_of(killed_after)  # steps the kill loses
+
+    # 3. resume to the end
+    proc = subprocess.run(
+        [sys.executable, "-m", "rl.cli", "train", "--resume", str(run_dir)], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+    train = _train_steps(run_dir)
+    assert [r["step"] for r in train] == list(range(1, STEPS + 1))  # each step once, in order
+    cfg = small_run(tmp_path, "resume", *RUN)
+    stream = PromptStream(preflight(cfg).train_rows, 4, cfg.seed).chunks()
+    for record, chunk in zip(train, stream, strict=False):  # an uninterrupted run trains chunk s at step s
+        assert sorted(record["prompt_ids"]) == sorted(row.prompt_id for _, row in chunk), record["step"]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    resumes = [r for r in records if r["kind"] == "resume"]
+    assert [r["step"] for r in resumes] == [stopped_at, checkpoint.step_of(killed_after)]
+    assert all(r["trainer_digest_equal"] == 1.0 for r in resumes)
+    (summary,) = [r for r in records if r["kind"] == "summary"]
+    assert summary["steps"] == STEPS and summary["groups_trained"] == STEPS * 4
+    assert summary["replayed_groups"] == sum(r["replayed_groups"] for r in resumes)
+    assert summary["groups_unaccounted"] == 0  # trained, dropped with a reason, replayed after a kill, or open
