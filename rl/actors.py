@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from typing import Any
 
+from rl import console
 from rl.buffer import TrajectoryBuffer
 from rl.config import RunConfig
 from rl.losses import LossSpec
@@ -14,6 +17,7 @@ from rl.rollout.vllm_adapter import EngineSpec
 from rl.rollout.worker import remote_rollout_worker
 from rl.trainer.worker import TrainerSpec, TrainerWorker
 
+log = logging.getLogger("rl.actors")
 LOOPBACK = "127.0.0.1"
 # set for a local instance before Ray starts, so Ray's processes and every actor inherit them: Ray takes loopback
 # as the node's address (as on a laptop) instead of swapping it for the machine's; vLLM's rendezvous uses it too
@@ -31,17 +35,23 @@ def start_ray(cfg: RunConfig) -> bool:
 
     if ray.is_initialized():
         return False
+    t0 = time.monotonic()
+    console.filter_handlers(logging.getLogger("ray"))
+    routing = console.ray_runtime_env()  # actors' engine output into the run's logs/ unless --verbose
+    extra = {"runtime_env": routing} if routing else {}
     if cfg.ray.address:
-        ray.init(address=cfg.ray.address, log_to_driver=True)
-        return True
-    _loopback_node()
-    needed = cfg.rollout.num_workers + cfg.train.num_workers + int(cfg.shaping.scorer_worker)
-    ray.init(
-        num_cpus=max(cfg.ray.num_cpus or 0, needed, os.cpu_count() or 1),
-        include_dashboard=False,
-        _node_ip_address=LOOPBACK,
-        log_to_driver=True,
-    )
+        ray.init(address=cfg.ray.address, log_to_driver=True, **extra)
+    else:
+        _loopback_node()
+        needed = cfg.rollout.num_workers + cfg.train.num_workers + int(cfg.shaping.scorer_worker)
+        ray.init(
+            num_cpus=max(cfg.ray.num_cpus or 0, needed, os.cpu_count() or 1),
+            include_dashboard=False,
+            _node_ip_address=LOOPBACK,
+            log_to_driver=True,
+            **extra,
+        )
+    log.info("Ray %s in %.1f s", "joined" if cfg.ray.address else "started", time.monotonic() - t0)
     return True
 
 

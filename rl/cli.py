@@ -74,6 +74,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 2
     from rl.driver import Driver, RunFailed
 
+    _route_output(args, cfg.run_dir / "logs")
     try:
         driver = Driver(cfg, inputs, resume)
     except CheckpointError as e:
@@ -84,14 +85,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     except RunFailed as e:
         print(f"run stopped: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(summary, indent=2, default=str))
+    from rl.console import run_summary
+
+    print(run_summary(summary, cfg.run_dir))
     if summary["stopped_by"]:
         print(f"stopped at step {summary['steps']}; continue with: rl train --resume {cfg.run_dir}")
         return 128 + signal.Signals[summary["stopped_by"]]
-    print(
-        f"held-out accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
-        f"in {summary['train_seconds']:.0f} s of training ({summary['steps']} steps)"
-    )
     return 0
 
 
@@ -120,6 +119,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         cpu_threads_bind=args.cpu_bind,
     )
+    _route_output(args, (args.out.parent if args.out else Path("runs/eval")) / "logs")
     report = run_eval(cfg, settings)
     print(report.table())
     if args.out:
@@ -144,6 +144,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override (repeatable)")
     ev.add_argument("--cpu-bind", help="VLLM_CPU_OMP_THREADS_BIND for the engine (e.g. 0-1)")
     ev.add_argument("--out", type=Path, help="write the metrics and per-problem records as JSON here")
+    _add_verbose(ev)
     ev.set_defaults(func=cmd_eval)
 
 
@@ -227,6 +228,7 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"invalid benchmark options: {e}", file=sys.stderr)
         return 2
+    _route_output(args, cfg.out_dir / "logs")
     result = run_rollout_bench(cfg)
     print(result["table"])
     print(f"wrote {cfg.out_dir / 'bench_rollout.json'} and {cfg.out_dir / 'bench_rollout.md'}")
@@ -373,6 +375,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="a ShapingConfig knob for the shaped modes, e.g. avg_redundancy=1.25 (repeatable)",
     )
+    _add_verbose(rollout)
     rollout.set_defaults(func=cmd_bench_rollout)
     train = bench.add_parser("train", help="train a recipe under several variants (staleness, shaping), same budget")
     train.add_argument("recipe", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")
@@ -387,6 +390,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     train.add_argument("--out", type=Path, default=Path("runs/bench-train"), help="output directory")
     train.set_defaults(func=cmd_bench_train)
     _add_bench_peer(bench)
+    _add_bench_soak(bench)
     replay = bench.add_parser("cost-model", help="price a measured rollout benchmark with a device's decode profile")
     replay.add_argument("result", type=Path, help="an `rl bench rollout` output folder or its bench_rollout.json")
     replay.add_argument("--profile", required=True, help="decode profile JSON, or a shipped profile's name")
@@ -435,6 +439,48 @@ def _add_bench_peer(bench: argparse._SubParsersAction) -> None:
     peer.set_defaults(func=cmd_bench_peer)
 
 
+def cmd_bench_soak(args: argparse.Namespace) -> int:
+    from rl.bench.soak import SoakFailed, SoakSchedule, run_soak, soak_table, write_soak
+
+    schedule = SoakSchedule(steps=args.steps)
+    if args.steps <= schedule.sigterm_at:
+        print(f"invalid benchmark options: --steps must exceed {schedule.sigterm_at} to strike every fault")
+        return 2
+    out = args.out or Path(f"runs/bench-soak-{Path(args.recipe).stem}")
+    try:
+        result = run_soak(args.recipe, schedule, out, args.overrides)
+    except SoakFailed as e:
+        print(f"soak failed: {e}", file=sys.stderr)
+        return 1
+    write_soak(result, out)
+    print(soak_table(result))
+    print(f"wrote {out / 'soak.json'} and {out / 'soak.md'}")
+    return 0 if result.passed else 1
+
+
+def _add_bench_soak(bench: argparse._SubParsersAction) -> None:
+    soak = bench.add_parser("soak", help="train while killing workers, failing rewards and losses, killing the run")
+    soak.add_argument("recipe", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")
+    soak.add_argument("overrides", nargs="*", help="key.path=value overrides for the run")
+    soak.add_argument("--steps", type=_positive, default=120, help="optimizer steps (default 120; more than 85)")
+    soak.add_argument("--out", type=Path, help="output directory (default runs/bench-soak-RECIPE)")
+    soak.set_defaults(func=cmd_bench_soak)
+
+
+def _add_verbose(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--verbose", action="store_true", help="show the engine, Ray and library logs (default: in OUT/logs/)"
+    )
+
+
+def _route_output(args: argparse.Namespace, log_dir: Path) -> None:
+    """Unless ``--verbose``: engine, Ray and library output into ``log_dir``, faults still shown (rl/console.py)."""
+    if not args.verbose:
+        from rl.console import route
+
+        route(log_dir)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rl", description="Tailor: asynchronous RL post-training")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -447,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR",
         help="continue RUN_DIR from its latest checkpoint with its saved config (overrides: max_steps, eval, ...)",
     )
+    _add_verbose(train)
     train.set_defaults(func=cmd_train)
     _add_eval(sub)
     report = sub.add_parser("report", help="plots and a Markdown summary of a run's metrics.jsonl")

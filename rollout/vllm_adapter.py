@@ -250,7 +250,14 @@ class VllmEngine:
         return self.engine.get_num_unfinished_requests()
 
     def shutdown(self) -> None:
+        """Stop the engine now. ``AsyncLLM.__del__`` would call its ``shutdown`` again at interpreter exit, after
+        vLLM's module globals are gone, and print a TypeError traceback; the stopped engine's is made a no-op."""
         self.engine.shutdown()
+        self.engine.shutdown = _stopped  # type: ignore[method-assign]
+
+
+def _stopped(timeout: float | None = None) -> None:
+    """``AsyncLLM.shutdown`` of an engine already shut down."""
 
 
 def _append_delta(trace: RequestTrace, completion: Any) -> None:

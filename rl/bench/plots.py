@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -36,6 +37,12 @@ def write_plots(runs: Sequence[dict], out_dir: Path, repeat: int = 0) -> list[Pa
     return paths
 
 
+def panel_label(ax: Axes, mode: str) -> None:
+    """Name a panel above its top-left corner: a mode with knobs (``darts+sart@avg_redundancy=1.75@...``) is too
+    long for a vertical axis label, where neighbouring panels' labels run into each other."""
+    ax.set_title(mode, loc="left", fontsize="small")
+
+
 def length_histograms(runs: Sequence[dict]) -> Figure:
     """Per mode (all repeats pooled): lengths of every launched sample and of the kept ones."""
     modes = modes_of(runs)
@@ -49,7 +56,7 @@ def length_histograms(runs: Sequence[dict]) -> Figure:
         ax.hist(
             [s["length"] for s in samples if s["fate"] == "kept"], bins=bins, color="tab:green", alpha=0.7, label="kept"
         )
-        ax.set_ylabel(mode)
+        panel_label(ax, mode)
         ax.legend(loc="upper right", fontsize="small")
     axes[-1].set_xlabel("response length (tokens)")
     fig.suptitle("Response lengths per mode")
@@ -70,7 +77,7 @@ def timelines(runs: Sequence[dict]) -> Figure:
             if a["group"] != b["group"]:
                 ax.axhline(y + 0.5, color="lightgray", linewidth=0.5)
         ax.axvline(run["metrics"]["time_to_batch_s"], color="black", linestyle="--", linewidth=0.8)
-        ax.set_ylabel(run["mode"])
+        panel_label(ax, run["mode"])
         ax.set_yticks([])
         ax.invert_yaxis()
     axes[0].legend(handles=[Patch(color=c, label=f) for f, c in FATE_COLORS.items()], loc="lower right")

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from rl.bench.cost_model import DecodeProfile, batch_rollout_time
 from rl.bench.prompts import Source, bench_rows, default_reward, sample_rows
@@ -245,12 +247,22 @@ class RolloutBench:
             raise ValueError("TIE modes need an engine with priority_scheduling=True")
         pool = RewardPool(self.reward_specs, 0, on_failure="drop") if self.reward_specs else None
         runs = []
+        bar = tqdm(total=len(self.batches) * len(self.cfg.modes), desc="bench", unit="pass", dynamic_ncols=True)
         try:
-            for repeat, batch in enumerate(self.batches):
-                shift = repeat % len(self.cfg.modes)
-                for mode in self.cfg.modes[shift:] + self.cfg.modes[:shift]:
-                    runs.append(await self.run_mode(engine, mode, batch, repeat, pool))
+            with logging_redirect_tqdm():
+                for repeat, batch in enumerate(self.batches):
+                    shift = repeat % len(self.cfg.modes)
+                    for mode in self.cfg.modes[shift:] + self.cfg.modes[:shift]:
+                        bar.set_description(f"{mode} repeat {repeat}")
+                        runs.append(await self.run_mode(engine, mode, batch, repeat, pool))
+                        m = runs[-1]["metrics"]
+                        bar.set_postfix_str(
+                            f"{m['time_to_batch_s']:.1f} s, {m['gen_tokens_per_s']:.0f} tok/s, "
+                            f"waste {m['waste_ratio']:.2f}, reward {m['reward_mean']:.2f}"
+                        )
+                        bar.update()
         finally:
+            bar.close()
             if pool is not None:
                 pool.close()
         return runs
@@ -365,6 +377,7 @@ async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: VllmEngine | 
     own = engine is None
     if own:
         t0 = time.monotonic()
+        log.info("starting the engine on %s", bench.model_dir)
         engine = VllmEngine(bench.engine_spec())
         await engine.start()
         log.info("engine up in %.1f s", time.monotonic() - t0)

@@ -1,0 +1,207 @@
+"""The console: Tailor's own lines on the terminal; engine, Ray and library output in log files.
+
+``route(log_dir)`` keeps this process's Python ``sys.stdout``/``sys.stderr`` (Tailor's prints, progress bars and
+logs) on the terminal and sends file descriptors 1 and 2 (vLLM's log handler, C++ warnings, child processes such
+as vLLM's EngineCore) through a pipe into ``log_dir/main.log``. Ray actors do the same in ``worker_setup`` (Ray's
+``worker_process_setup_hook``), one ``worker-PID.log`` each. A routed line reaches the console only when ``shown``
+passes it: engine INFO/DEBUG chatter, library progress bars and the known-harmless lines of ``QUIET`` stay in the
+files; every other warning, every error and every traceback is shown. ``--verbose`` routes nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+
+LOG_DIR_ENV = "TAILOR_LOG_DIR"  # set while routing: Ray actors started from this process route into it
+
+# Lines known to be harmless on this stack, kept out of the console (they stay in the log files). One entry per
+# source; a line that matches none of them and is not INFO/DEBUG chatter is shown.
+QUIET: dict[str, str] = {
+    # vLLM's in-place weight reload: rotary embeddings have no checkpoint weights, and a tied LM head has none of
+    # its own (rollout/vllm_extension.py re-ties it after every load); every weight sync logs both
+    "vllm_reload_no_weights": r"(RotaryEmbedding|ParallelLMHead): Failed to load weights",
+    # Ray's notice that token authentication is on (the README: it stays on, as Ray sets it)
+    "ray_token_auth": r"Token authentication is enabled for this Ray cluster",
+    # the CPU wheel has no triton-cpu: vLLM falls back to its native kernels and the V1 model runner
+    "triton_cpu": r"Triton is (not installed|installed, but doesn't include CPU backend)"
+    r"|Model Runner V2 requires Triton",
+    # torch's CPU memory binding on a one-node machine
+    "numa_binding": r"NUMA binding: Using MEMBIND policy",
+    # vLLM's CPU performance hints about preloading tcmalloc / Intel OpenMP
+    "cpu_preload_hints": r"(libtcmalloc|libiomp) is not found in LD_PRELOAD",
+    # consequences of the engine settings Tailor chooses (eager mode, a seeded in-process engine, SSM defaults)
+    "engine_settings": r"Enforce eager set, disabling|Inductor compilation was disabled|global random seed is set"
+    r"|Reset SSM cache type|CPU backend doesn't allow to use `torch\.set_num_threads` after the thread binding",
+    # vLLM deprecations inside vLLM itself, not in how Tailor calls it
+    "vllm_internal_deprecations": r"Passing raw prompts to InputProcessor is deprecated|`torch\.distributed\.reduce_op`"
+    r" is deprecated",
+}
+_QUIET = re.compile("|".join(f"(?:{p})" for p in QUIET.values()))
+# engine and Ray INFO/DEBUG lines: vLLM's "INFO 11-24 20:24:23 [file.py:12]", Ray's "\tINFO file.py:50 --"
+_CHATTER = re.compile(r"\b(INFO|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[|\t(INFO|DEBUG) \S+:\d+ -- ")
+_PROGRESS_BAR = re.compile(r"\|\s*\d+/\d+ \[|\d+%\|")  # a library's tqdm bar (model loading)
+_RAY_TAG = re.compile(r"^:(actor_name|task_name|job_id|event_summary|info_message):")  # Ray's log routing marks
+_PY_WARNING = re.compile(r"\w+Warning: ")
+
+_state: dict[str, object] = {}
+
+
+def shown(line: str) -> bool:
+    """Whether a line of engine/library output belongs on the console."""
+    if _RAY_TAG.match(line):
+        return True
+    last = line.rsplit("\r", 1)[-1]
+    return bool(last.strip()) and not (_CHATTER.search(last) or _PROGRESS_BAR.search(line) or _QUIET.search(last))
+
+
+class LineSieve:
+    """``shown`` line by line, and a dropped Python warning's indented source line goes with it."""
+
+    def __init__(self) -> None:
+        self._dropping = False
+
+    def __call__(self, line: str) -> bool:
+        if self._dropping and line.startswith(" "):
+            return False
+        keep = shown(line)
+        self._dropping = not keep and bool(_PY_WARNING.search(line))
+        return keep
+
+
+class ConsoleFilter(logging.Filter):
+    """Tailor's own records from INFO up; other libraries' from WARNING up, ``QUIET`` ones left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "rl" or record.name.startswith("rl."):
+            return record.levelno >= logging.INFO
+        return record.levelno >= logging.WARNING and not _QUIET.search(record.getMessage())
+
+
+def _pump(read_fd: int, log_path: Path, console_fd: int) -> None:
+    """Copy everything from ``read_fd`` to ``log_path``; the lines ``shown`` also to ``console_fd``."""
+    sieve, pending = LineSieve(), b""
+    with log_path.open("ab") as log:
+        while chunk := os.read(read_fd, 1 << 16):
+            log.write(chunk)
+            log.flush()
+            *lines, pending = (pending + chunk).split(b"\n")
+            out = b"".join(line + b"\n" for line in lines if sieve(line.decode(errors="replace")))
+            if out:
+                os.write(console_fd, out)
+    os.close(read_fd)
+
+
+def _route_fds(log_path: Path, console_fd: int) -> threading.Thread:
+    """Point fds 1 and 2 (inherited by child processes) at a pipe pumped into ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    read_fd, write_fd = os.pipe()
+    for stream in (sys.__stdout__, sys.__stderr__):
+        if stream is not None:
+            stream.flush()
+    os.dup2(write_fd, 1)
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    pump = threading.Thread(target=_pump, args=(read_fd, log_path, console_fd), name="console-pump", daemon=True)
+    pump.start()
+    return pump
+
+
+def route(log_dir: Path) -> None:
+    """Route this process's and its children's engine and library output into ``log_dir`` (see the module doc)."""
+    if _state:
+        return
+    terminal_out = os.fdopen(os.dup(1), "w", buffering=1)
+    terminal_err = os.fdopen(os.dup(2), "w", buffering=1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.environ[LOG_DIR_ENV] = str(log_dir.resolve())
+    os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.__stdout__"  # vLLM's handler writes to fd 1, not the terminal
+    pump = _route_fds(log_dir / "main.log", os.dup(terminal_err.fileno()))
+    sys.stdout, sys.stderr = terminal_out, terminal_err
+    _state.update(pump=pump, out=terminal_out, err=terminal_err, log_dir=log_dir)
+    handler = logging.StreamHandler(terminal_err)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    handler.addFilter(ConsoleFilter())
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.captureWarnings(True)  # Python warnings become records, filtered like the rest
+    atexit.register(_unroute)
+
+
+def routed() -> bool:
+    """Whether ``route`` is in effect in this process."""
+    return bool(_state)
+
+
+def log_dir() -> Path | None:
+    """Where this process routes engine output (None when it does not)."""
+    return _state.get("log_dir")  # type: ignore[return-value]
+
+
+def filter_handlers(logger: logging.Logger) -> None:
+    """Put ``ConsoleFilter`` on a library logger's own handlers (Ray's), when routing."""
+    if routed():
+        for handler in logger.handlers:
+            handler.addFilter(ConsoleFilter())
+
+
+def _unroute() -> None:
+    """At exit: give fds 1 and 2 back to the terminal so the pump drains what is left, then wait for it briefly."""
+    out, err = _state["out"], _state["err"]
+    for stream in (sys.__stdout__, sys.__stderr__):
+        if stream is not None:
+            stream.flush()
+    os.dup2(out.fileno(), 1)  # type: ignore[attr-defined]
+    os.dup2(err.fileno(), 2)  # type: ignore[attr-defined]
+    _state["pump"].join(timeout=2.0)  # type: ignore[attr-defined]
+
+
+def worker_setup() -> None:
+    """Ray's ``worker_process_setup_hook``: route this worker's output into ``TAILOR_LOG_DIR`` when it is set."""
+    directory = os.environ.get(LOG_DIR_ENV)
+    if not directory:
+        return
+    try:
+        _route_fds(Path(directory) / f"worker-{os.getpid()}.log", os.dup(2))
+    except OSError as e:  # e.g. a node of a cluster that cannot write there: leave the output as Ray routes it
+        print(f"tailor: output not routed to {directory}: {e}", file=sys.stderr)
+
+
+def ray_runtime_env() -> dict:
+    """The runtime env that routes every Ray worker's output (empty when this process does not route)."""
+    if not routed():
+        return {}
+    keep = {k: os.environ[k] for k in (LOG_DIR_ENV, "VLLM_LOGGING_STREAM")}
+    return {"worker_process_setup_hook": "rl.console.worker_setup", "env_vars": keep}
+
+
+def run_summary(summary: dict, run_dir: Path) -> str:
+    """Write ``summary.json`` into ``run_dir``; return the few lines a person reads at the end of ``rl train``."""
+    path = run_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    lines = []
+    if not summary.get("stopped_by"):
+        lines.append(
+            f"held-out accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
+            f"in {summary['train_seconds']:.0f} s of training ({summary['steps']} steps)"
+        )
+    faults = {k: summary.get(k) for k in ("rollout_errors", "dead_workers", "restarted_workers")}
+    faults |= {f"dropped {k}": v for k, v in (summary.get("dropped_groups") or {}).items()}
+    faults |= {f"reward {k}": v for k, v in (summary.get("reward_failures") or {}).items()}
+    if noted := [f"{k.replace('_', ' ')} {v}" for k, v in faults.items() if v]:
+        lines.append("note: " + ", ".join(noted))
+    where = [path.name, "metrics.jsonl", *(["checkpoint/"] if summary.get("checkpoint") else [])]
+    if (run_dir / "logs").is_dir():
+        where.append("logs/")
+    lines.append(f"run directory: {run_dir} ({', '.join(where)})")
+    return "\n".join(lines)
