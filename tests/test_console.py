@@ -1,0 +1,148 @@
+"""The console shows Tailor's lines: engine chatter and known-harmless warnings go to OUT/logs/, faults stay visible.
+
+The unit tests drive ``rl.console`` directly; the integration tests run ``rl train``, ``rl eval`` and
+``rl bench rollout`` on the tiny model in a subprocess and read their whole console.
+"""
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rl.console import ConsoleFilter, LineSieve, run_summary, shown
+
+WEIGHT_LOAD_WARNING = "Failed to load weights"
+
+
+def test_engine_chatter_and_known_harmless_lines_are_not_shown():
+    hidden = [
+        "(EngineCore pid=3188) INFO 11-24 20:24:31 [parallel_state.py:1906] world_size=1 rank=0",
+        "(EngineCore pid=3188) WARNING 11-24 20:24:54 [layerwise.py:266] RotaryEmbedding: Failed to load weights",
+        "(EngineCore pid=3188) WARNING 11-24 20:24:54 [layerwise.py:266] ParallelLMHead: Failed to load weights",
+        "2026-11-24 20:23:59,392\tWARNING authentication_token_setup.py:85 -- Token authentication is enabled for "
+        "this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out.",
+        "2026-11-24 20:24:03,171\tINFO worker.py:2038 -- Started a local Ray instance.",
+        "[W1124 20:24:31.463876640 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy for memory allocation",
+        "Triton is installed, but doesn't include CPU backend. Disabling Triton.",
+        "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00, 105.20it/s]",
+        "",
+    ]
+    assert [line for line in hidden if shown(line)] == []
+
+
+def test_faults_and_unknown_warnings_are_shown():
+    faults = [
+        "(EngineCore pid=1) WARNING 11-24 20:24:54 [layerwise.py:266] QKVParallelLinear: Failed to load weights",
+        "(EngineCore pid=1) ERROR 11-24 20:24:54 [core.py:1] EngineCore failed to start.",
+        "Traceback (most recent call last):",
+        "RuntimeError: CUDA out of memory",
+        "[W1124 20:24:31 utils.cpp:68] Warning: something else entirely",
+        ":actor_name:RolloutWorker",  # Ray's mark that names the actor its later lines come from
+    ]
+    assert [line for line in faults if not shown(line)] == []
+
+
+def test_a_dropped_python_warning_takes_its_source_line_a_traceback_keeps_its_own():
+    sieve = LineSieve()
+    lines = [
+        "/x/dispatcher.py:138: FutureWarning: `torch.distributed.reduce_op` is deprecated, please use ReduceOp",
+        '  if hasattr(value, "__dict__"):',
+        "Traceback (most recent call last):",
+        '  File "/x/core.py", line 3, in run',
+        "ValueError: bad",
+    ]
+    assert [line for line in lines if sieve(line)] == lines[2:]
+
+
+def test_console_filter_keeps_tailor_info_and_other_libraries_warnings():
+    def passes(name: str, level: int, msg: str) -> bool:
+        return ConsoleFilter().filter(logging.LogRecord(name, level, __file__, 1, msg, None, None))
+
+    assert passes("rl.driver", logging.INFO, "rollout engines up in 3.0 s")
+    assert not passes("vllm.engine", logging.INFO, "Resolved architecture")
+    assert passes("py.warnings", logging.WARNING, "UserWarning: something to act on")
+    assert not passes("ray", logging.WARNING, "Token authentication is enabled for this Ray cluster.")
+
+
+def test_route_sends_fd_output_to_the_log_and_only_faults_to_the_console(tmp_path):
+    """A process that routes: fd-level writes (as C++ code and child processes make) reach the log file, and the
+    console gets Tailor's print and the fault, not the harmless warning."""
+    script = textwrap.dedent(
+        f"""
+        import os, subprocess, sys
+        from pathlib import Path
+        from rl.console import route
+        route(Path({str(tmp_path / "logs")!r}))
+        os.write(2, b"WARNING 11-24 20:24:54 [layerwise.py:266] RotaryEmbedding: Failed to load weights\\n")
+        subprocess.run([sys.executable, "-c", "import sys; print('ERROR child failed', file=sys.stderr)"])
+        print("tailor says hello")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["tailor says hello"]
+    assert done.stderr.splitlines() == ["ERROR child failed"]
+    log = (tmp_path / "logs" / "main.log").read_text()
+    assert WEIGHT_LOAD_WARNING in log and "ERROR child failed" in log
+
+
+def test_run_summary_is_short_and_writes_the_json(tmp_path):
+    summary = {"accuracy_before": 0.25, "accuracy_after": 0.5, "train_seconds": 12.3, "steps": 3, "stopped_by": None}
+    text = run_summary({**summary, "rollout_errors": 2, "dropped_groups": {"short_group": 1}}, tmp_path)
+    assert text.splitlines()[0] == "held-out accuracy: 0.250 -> 0.500 in 12 s of training (3 steps)"
+    assert "rollout errors 2" in text and "dropped short group 1" in text
+    assert '"rollout_errors": 2' in (tmp_path / "summary.json").read_text()
+
+
+def _console(cmd: list[str], tmp_path: Path) -> str:
+    """Run an ``rl`` command as a user does (engine core in its own process); its stdout and stderr together."""
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "rl.cli", *cmd], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+    )
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-3000:]
+    return text
+
+
+def _assert_quiet(text: str, max_lines: int) -> None:
+    lines = text.replace("\r", "\n").splitlines()  # progress-bar refreshes count too
+    assert WEIGHT_LOAD_WARNING not in text and "Traceback" not in text and "Exception ignored" not in text, text
+    assert " INFO 1" not in text, text  # no engine INFO line (vLLM's "INFO 11-24 ...")
+    assert len(lines) <= max_lines, text
+
+
+@pytest.mark.integration
+def test_rl_train_console_is_short_and_ends_with_a_summary(tiny_model_dir, tmp_path):
+    run = [f"output_dir={tmp_path}", "name=quiet", "train.max_steps=2", "train.batch_groups=2", "shaping.m_keep=2"]
+    run += ["eval.num_problems=2", "eval.every=0", "rollout.cpu_threads_bind=null", "train.save_checkpoint=false"]
+    text = _console(["train", "arith_tiny", *run], tmp_path)
+    _assert_quiet(text, 30)
+    assert "held-out accuracy:" in text and "rollout engines up in" in text
+    run_dir = tmp_path / "quiet"
+    assert '"steps": 2' in (run_dir / "summary.json").read_text()
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.log"))
+    assert WEIGHT_LOAD_WARNING in logs  # the weight syncs happened; their warnings went to the files
+
+
+@pytest.mark.integration
+def test_rl_eval_console_has_no_traceback_at_exit(tiny_model_dir, tmp_path):
+    text = _console(
+        ["eval", "builtin:arith-tiny", "--dataset", "arith", "--limit", "4", "--out", "e/eval.json"], tmp_path
+    )
+    _assert_quiet(text, 25)
+    assert "pass@1" in text
+    assert (tmp_path / "e" / "logs" / "main.log").stat().st_size > 0
+
+
+@pytest.mark.integration
+def test_rl_bench_rollout_console_shows_progress(tiny_model_dir, tmp_path):
+    bench = ["bench", "rollout", "--prompts", "2", "--m-keep", "2", "--max-tokens", "8", "--modes", "plain,darts"]
+    text = _console([*bench, "--no-plots", "--out", "b"], tmp_path)
+    _assert_quiet(text, 60)
+    assert "engine up in" in text and "plain repeat 0" in text and "darts repeat 0" in text and "2/2" in text
+    assert "| mode |" in text
