@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from rl.metrics import percentiles
 from rl.prompting import PromptEncoder
@@ -62,10 +63,12 @@ async def sample_and_score(
     sampling: SamplingSpec,
     tag: str,
     samples: int = 1,
+    progress: str | None = None,
 ) -> list[ProblemRecord]:
     """Sample ``samples`` responses per row (one group per row, spread over ``workers``) and score them.
 
     A worker is a Ray rollout-worker handle or an in-process object with the same async ``generate_group``.
+    ``progress``: the label of a progress bar over the problems (none when None).
     """
     calls = [
         _generate(workers[i % len(workers)])(
@@ -76,7 +79,14 @@ async def sample_and_score(
         )
         for i, row in enumerate(rows)
     ]
-    groups = [r.samples for r in await asyncio.gather(*calls)]
+    with tqdm(total=len(rows), desc=progress, unit="problem", dynamic_ncols=True, disable=progress is None) as bar:
+
+        async def counted(call: Any) -> Any:
+            result = await call
+            bar.update()
+            return result
+
+        groups = [r.samples for r in await asyncio.gather(*map(counted, calls))]
     flat_rows = [row for row, group in zip(rows, groups, strict=True) for _ in group]
     flat = [s for group in groups for s in group]
     scored = await rewards.score(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from rl.prompting import PromptEncoder
 from rl.rewards.pool import RewardPool
 from rl.rollout.vllm_adapter import EngineSpec, SamplingSpec
 
+log = logging.getLogger("rl.eval")
 DATASET_RECIPES = {"arith": "arith_tiny", "gsm8k": "gsm8k_qwen2.5-0.5b"}
 DEFAULT_RECIPE = "math_qwen2.5-1.5b"  # chat prompt asking for \boxed{}, math-verify accuracy
 
@@ -116,9 +118,12 @@ async def eval_report(cfg: RunConfig, settings: EvalSettings, workers: list[Any]
         from rl.rollout.local_worker import LocalRolloutWorker
 
         spec = engine_spec(cfg, model_dir, longest_prompt + max_tokens)
+        log.info("starting the engine on %s", model_dir)
         own = await LocalRolloutWorker.start(spec, settings.cpu_threads_bind)
         workers = [own]
     startup_s = time.monotonic() - t0
+    if own is not None:
+        log.info("engine up in %.1f s", startup_s)
     rewards = RewardPool(
         [(f.fn, f.weight) for f in cfg.reward.functions],
         cfg.reward.num_workers,
@@ -127,7 +132,9 @@ async def eval_report(cfg: RunConfig, settings: EvalSettings, workers: list[Any]
     )
     try:
         t1 = time.monotonic()
-        records = await sample_and_score(rows, workers, encoder, rewards, sampling, "cli", settings.samples)
+        records = await sample_and_score(
+            rows, workers, encoder, rewards, sampling, "cli", settings.samples, progress="eval"
+        )
         seconds = time.monotonic() - t1
     finally:
         rewards.close()
