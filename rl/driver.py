@@ -155,7 +155,12 @@ class Driver:
         if not self.resume:
             checkpoint.start_fresh(cfg.run_dir)
             checkpoint.save_config(cfg)
-        self.logger = MetricsLogger(cfg.run_dir, resume_step=self.version if self.resume else None)
+        self.logger = MetricsLogger(
+            cfg.run_dir,
+            resume_step=self.version if self.resume else None,
+            wandb=cfg.logging.wandb,
+            config=cfg.model_dump(mode="json"),
+        )
         try:
             await self.channel.start()
             t0 = time.monotonic()
@@ -201,11 +206,10 @@ class Driver:
                 "dropped_groups": self.counters.dropped_groups,
                 "reward_failures": self.counters.reward_failures,
             }
-            self.logger.log(
-                self.version,
-                {k: v for k, v in summary.items() if isinstance(v, (int, float))},
-                kind="summary",
-            )
+            scalars = {k: v for k, v in summary.items() if isinstance(v, (int, float))}
+            for name in ("dropped_groups", "reward_failures"):  # counts by reason, flattened for the JSONL
+                scalars.update({f"{name}_{k}": v for k, v in summary[name].items()})
+            self.logger.log(self.version, scalars, kind="summary")
             return summary
         finally:
             for signum in STOP_SIGNALS:

@@ -55,6 +55,19 @@ class WeightChannel(Protocol):
 
 
 SHARED_DIR = "/dev/shm"  # a RAM-backed folder every process on the host can map
+SHARED_PREFIX = "tailor-weights-"  # then the driver's pid: a killed run's exports are found by the next one
+
+
+def remove_orphaned_exports() -> list[Path]:
+    """Delete the shared-memory exports of runs whose driver process is gone (a SIGKILL skips the cleanup);
+    returns what was deleted."""
+    removed = []
+    for path in Path(SHARED_DIR).glob(f"{SHARED_PREFIX}*"):
+        pid = path.name[len(SHARED_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 @dataclass(frozen=True)
@@ -75,7 +88,7 @@ class CpuWeightChannel:
         self.interrupt = interrupt  # abort in-flight requests and resubmit them, instead of keeping them
         self.host: str | None = None  # the node id every party shares, when they do: exports go through a file
         self.nodes: dict[Any, str] = {}  # rollout worker -> its node id
-        self.prefix = os.path.join(SHARED_DIR, f"tailor-weights-{uuid.uuid4().hex[:12]}")
+        self.prefix = os.path.join(SHARED_DIR, f"{SHARED_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}")
         self.exports = itertools.count()
 
     async def start(self) -> None:
@@ -83,6 +96,7 @@ class CpuWeightChannel:
         host, else bytes through the object store."""
         import ray
 
+        remove_orphaned_exports()
         here = ray.get_runtime_context().get_node_id()
         trainer = await self.trainer.node_id.remote()
         if trainer == here and os.path.isdir(SHARED_DIR) and await self._on_host(list(self.rollout_workers), here):

@@ -5,7 +5,6 @@ exactly the prompts an uninterrupted run trains next, each step logged once, the
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from small_runs import small_run
-from test_cli_sigterm import _alive, _descendants, _wait_for
 
 from rl import checkpoint
 from rl.data.stream import PromptStream
 from rl.preflight import preflight
+from rl.processes import alive, kill_tree, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -58,14 +57,11 @@ def _start(args: list[str], log: Path) -> subprocess.Popen:
         )
 
 
-def _kill_all(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-    """``sig`` to the run and every process below it (Ray's processes, the engine core)."""
-    pids = _descendants(proc.pid) | {proc.pid}
-    for pid in pids:
-        if _alive(pid):
-            os.kill(pid, sig)
+def _kill_all(proc: subprocess.Popen) -> None:
+    """SIGKILL the run and every process below it (Ray's processes, the engine core)."""
+    pids = kill_tree(proc.pid)
     proc.wait(timeout=60)
-    assert _wait_for(lambda: not any(_alive(p) for p in pids), 60)
+    assert wait_for(lambda: not any(alive(p) for p in pids), 60)
 
 
 def test_sigterm_then_sigkill_then_resume_continue_the_run_exactly(tiny_model_dir, tmp_path):
@@ -76,7 +72,7 @@ def test_sigterm_then_sigkill_then_resume_continue_the_run_exactly(tiny_model_di
     # 1. SIGTERM once step 1 is logged: a checkpoint at the step boundary, a clean stop, the resume hint
     proc = _start(args, log)
     try:
-        assert _wait_for(lambda: _train_steps(run_dir) or proc.poll() is not None, 600), log.read_text()[-3000:]
+        assert wait_for(lambda: _train_steps(run_dir) or proc.poll() is not None, 600), log.read_text()[-3000:]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=300) == 128 + signal.SIGTERM, log.read_text()[-3000:]
     finally:
@@ -95,7 +91,7 @@ def test_sigterm_then_sigkill_then_resume_continue_the_run_exactly(tiny_model_di
             newest = checkpoint.step_of(saved[-1]) if saved else 0
             return newest > stopped_at and _train_steps(run_dir)[-1]["step"] > newest or proc.poll() is not None
 
-        assert _wait_for(past_a_new_checkpoint, 600), log.read_text()[-3000:]
+        assert wait_for(past_a_new_checkpoint, 600), log.read_text()[-3000:]
         assert proc.poll() is None, log.read_text()[-3000:]
     finally:
         _kill_all(proc)

@@ -20,6 +20,7 @@ from rl.kernels.token_entropy import token_entropy
 from rl.kernels.token_logprobs import token_logprobs
 from rl.trainer.batching import Row, TokenBatch, collate, cut_micro_batches, rows_of
 
+from rl import faults
 from rl.losses import MAX_STATS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
 from rl.off_policy import ess_lr_scale
 from rl.types import Group
@@ -161,6 +162,7 @@ class TrainerWorker:
         t0 = time.monotonic()
         self.model.train()
         spec = self.spec.loss
+        nan_loss = faults.scheduled("nan_loss", self.version + 1)  # off unless the fault soak asks for it
         for i, batch in enumerate(batches):
             logprobs, entropy = self._forward(self.model, batch, entropy=spec.entropy_coef > 0)
             reference = None
@@ -177,11 +179,12 @@ class TrainerWorker:
                 ref_logprobs=reference,
                 entropy=entropy,
             )
-            out.loss.backward()
+            loss = out.loss * math.nan if nan_loss else out.loss
+            loss.backward()
             self._positions += batch.input_ids.numel()
             self._real += int(batch.attention_mask.sum())
             self._units += out.units
-            self._loss_sum += out.loss.item()
+            self._loss_sum += loss.item()
             self._stats = merge_stats(self._stats, out.stats)
         seconds = time.monotonic() - t0
         self._busy += seconds

@@ -233,6 +233,7 @@ class RewardPool:
         self.on_failure = on_failure
         self.base_dir = str(Path(base_dir if base_dir is not None else Path.cwd()).resolve())
         self._names = _unique_names([spec for spec, _ in self.specs])
+        self._explained: set[tuple[str, str]] = set()  # (function, failure kind) pairs whose traceback was logged
         self._closed = False
         self._lock = threading.Lock()
         self._busy: set[int] = set()  # slots whose worker is running a call
@@ -370,8 +371,10 @@ class RewardPool:
                 kind, payload = "wrong_length", f"returned {len(payload)} values for {n} completions"
             if kind != "ok":
                 failures[kind] += 1
-                logger.warning("reward %s failed (%s): %s", name, kind, payload)
                 errors[name] = f"{kind}: {str(payload).strip().splitlines()[-1]}"
+                first = (name, kind) not in self._explained  # the whole traceback once, then its last line
+                self._explained.add((name, kind))
+                logger.warning("reward %s failed (%s): %s", name, kind, payload if first else errors[name])
                 per_function[name] = [None] * n
                 failed = [True] * n
                 continue
