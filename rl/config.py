@@ -260,6 +260,22 @@ class RayConfig(Strict):
     num_cpus: int | None = None
 
 
+class WandbConfig(Strict):
+    project: str = Field(description="Weights & Biases project the run is logged to")
+    entity: str | None = Field(default=None, description="W&B user or team; None: the account's default")
+    mode: Literal["online", "offline"] = Field(
+        default="online",
+        description="offline: no network; the run is written under RUN_DIR/wandb/ (`wandb sync` uploads it later)",
+    )
+
+
+class LoggingConfig(Strict):
+    wandb: WandbConfig | None = Field(
+        default=None,
+        description="also log every step's metrics and the run config to W&B (beside metrics.jsonl and TensorBoard)",
+    )
+
+
 class RunConfig(Strict):
     name: str = "run"
     output_dir: str = "runs"
@@ -274,6 +290,7 @@ class RunConfig(Strict):
     weight_sync: WeightSyncConfig = Field(default_factory=WeightSyncConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @model_validator(mode="after")
     def _periodic(self) -> RunConfig:

@@ -1,4 +1,4 @@
-"""Run metrics: per-step summaries of groups, written to JSONL and TensorBoard."""
+"""Run metrics: per-step summaries of groups, written to JSONL, TensorBoard and, when configured, W&B."""
 
 from __future__ import annotations
 
@@ -6,10 +6,14 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rl.types import Group
+
+if TYPE_CHECKING:
+    from rl.config import WandbConfig
 
 
 def percentiles(values: list[float], prefix: str) -> dict[str, float]:
@@ -67,7 +71,15 @@ class MetricsLogger:
     (``time_s``), and TensorBoard drops its later events too, so each step appears once.
     """
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: bool = True,
+        resume_step: int | None = None,
+        wandb: WandbConfig | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        """``wandb``: also log to Weights & Biases, with ``config`` (the run's) as the W&B run config."""
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "metrics.jsonl"
         kept = _records_through(self.path, resume_step) if resume_step is not None else []
@@ -82,6 +94,11 @@ class MetricsLogger:
             purge = None if resume_step is None else resume_step + 1
             self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge)
         self._t0 = time.monotonic() - max((r.get("time_s", 0.0) for r in kept), default=0.0)
+        self._wandb = None
+        if wandb is not None:
+            from rl.wandb_sink import WandbSink
+
+            self._wandb = WandbSink(wandb, run_dir, config or {})
 
     def elapsed(self) -> float:
         """Seconds on the run's clock (a resumed run's clock goes on from its checkpoint)."""
@@ -95,11 +112,15 @@ class MetricsLogger:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)):
                     self._tb.add_scalar(f"{kind}/{key}", value, step)
+        if self._wandb is not None:
+            self._wandb.log(step, metrics, kind)
 
     def close(self) -> None:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.close()
 
 
 def _records_through(path: Path, step: int) -> list[dict]:

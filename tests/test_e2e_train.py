@@ -3,6 +3,7 @@
 import json
 
 from small_runs import small_run
+from wandb_files import history, wandb_records
 
 from rl.driver import run_training
 
@@ -18,6 +19,8 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, tiny_model_dir, t
         "train.save_checkpoint=true",
         "train.num_workers=2",  # data parallel: two trainer actors in one process group
         "train.mini_batches=2",
+        "logging.wandb.project=tailor-e2e",
+        "logging.wandb.mode=offline",
     )
     summary = run_training(cfg)
 
@@ -46,6 +49,8 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, tiny_model_dir, t
     assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 2, 4]
     assert (tmp_path / "e2e" / "checkpoints" / "step_000004" / "model.safetensors").exists()
     assert any((tmp_path / "e2e" / "tb").iterdir())
+    wandb_steps = [h["_step"] for h in history(wandb_records(tmp_path / "e2e")) if "train/reward_mean" in h]
+    assert wandb_steps == ["1", "2", "3", "4"]  # logging.wandb offline: every step, beside the JSONL
 
 
 def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, tiny_model_dir, tmp_path):

@@ -1,0 +1,45 @@
+"""``logging.wandb``: an offline W&B run, with no network, holds the step metrics and the run config."""
+
+import subprocess
+import sys
+
+import pytest
+from wandb_files import history, wandb_records
+
+from rl.config import RunConfig, load_config
+from rl.metrics import MetricsLogger
+
+pytest.importorskip("wandb")
+
+
+def test_an_offline_run_writes_the_step_metrics_and_the_config(tmp_path):
+    cfg = load_config(None, ["logging.wandb.project=tailor-test", "logging.wandb.mode=offline", "train.lr=0.25"])
+    logger = MetricsLogger(tmp_path, tensorboard=False, wandb=cfg.logging.wandb, config=cfg.model_dump(mode="json"))
+    logger.log(0, {"accuracy": 0.25}, kind="eval")
+    logger.log(1, {"reward_mean": 0.5, "tag": "not a number"})
+    logger.log(2, {"reward_mean": 0.75})
+    logger.close()
+    records = wandb_records(tmp_path)
+    steps = [(h["_step"], {k: v for k, v in h.items() if not k.startswith("_")}) for h in history(records)]
+    assert steps == [
+        ("0", {"eval/accuracy": "0.25"}),
+        ("1", {"train/reward_mean": "0.5"}),
+        ("2", {"train/reward_mean": "0.75"}),
+    ]
+    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert run.project == "tailor-test" and run.run_id == (tmp_path / "wandb_run_id").read_text().strip()
+    config = {i.key: i.value_json for i in run.config.update}
+    assert '"lr":0.25' in config["train"].replace(" ", "")
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 3  # the JSONL record is unchanged
+
+
+def test_wandb_is_a_config_section_and_not_imported_unless_configured(tmp_path):
+    assert RunConfig().logging.wandb is None
+    with pytest.raises(ValueError, match="mode"):
+        load_config(None, ["logging.wandb.project=p", "logging.wandb.mode=sometimes"])
+    code = (
+        "import sys; from pathlib import Path; from rl.metrics import MetricsLogger; "
+        f"MetricsLogger(Path({str(tmp_path)!r}), tensorboard=False).close(); print('wandb' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr

@@ -1,0 +1,36 @@
+"""Reading an offline W&B run back: the records of its ``.wandb`` file (tests only)."""
+
+import struct
+from pathlib import Path
+
+
+def wandb_records(run_dir: Path) -> list:
+    """Every record of the run's offline ``.wandb`` file (a LevelDB-style log of protobuf ``Record``s)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    (path,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    data, block = path.read_bytes(), 32768
+    assert data[:4] == b":W&B"
+    pos, chunk, records = 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if left < 7 or (length == 0 and kind == 0):  # a block's padding
+            pos += left
+            continue
+        chunk += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a whole record, or the last piece of one
+            record = pb.Record()
+            record.ParseFromString(chunk)
+            records.append(record)
+            chunk = b""
+    return records
+
+
+def history(records: list) -> list[dict[str, str]]:
+    return [
+        {i.key or "/".join(i.nested_key): i.value_json for i in r.history.item}
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
