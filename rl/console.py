@@ -114,8 +114,12 @@ def _route_fds(log_path: Path, console_fd: int) -> threading.Thread:
 
 
 def route(log_dir: Path) -> None:
-    """Route this process's and its children's engine and library output into ``log_dir`` (see the module doc)."""
-    if _state:
+    """Route this process's and its children's engine and library output into ``log_dir`` (see the module doc).
+
+    Only a process that still writes to its own stdout and stderr routes: where they were replaced (pytest's
+    capture around an in-process ``rl`` command) nothing changes.
+    """
+    if _state or sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
         return
     terminal_out = os.fdopen(os.dup(1), "w", buffering=1)
     terminal_err = os.fdopen(os.dup(2), "w", buffering=1)

@@ -270,6 +270,7 @@ def bench_engine(tiny_model_dir):
     loop.close()
 
 
+@pytest.mark.integration
 def test_real_small_bench_run(bench_engine, tmp_path):
     from rl.bench.rollout import RolloutBenchConfig, run_rollout_bench_async
 
@@ -309,6 +310,7 @@ def test_real_small_bench_run(bench_engine, tmp_path):
     assert "speed-up vs plain" in table and "| darts@long_wait=1.0 |" in table
 
 
+@pytest.mark.integration
 def test_engine_runs_higher_priority_first(bench_engine, encode):
     """vLLM priority scheduling through the adapter (what TIE modes rely on): with 8 running slots full,
     a later request of priority 0 goes ahead of 8 earlier queued requests of priority 5. First come, first
@@ -342,6 +344,7 @@ def test_cli_shaping_knobs_are_validated_before_any_engine(capsys):
     assert "shaping.avg_redundancy" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_real_bench_run_on_a_recipe(bench_engine, tmp_path):
     from rl.bench.rollout import RolloutBenchConfig, run_rollout_bench_async
     from rl.cli import recipe_path

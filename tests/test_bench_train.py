@@ -24,6 +24,7 @@ def test_parse_variant_and_bad_variants_fail_before_running(tmp_path):
         variant_configs(recipe_path("arith_tiny"), [parse_variant("bad:train.max_staleness=-1")], [], tmp_path)
 
 
+@pytest.mark.integration
 def test_bench_train_two_variants(ray_session, tiny_model_dir, tmp_path):
     variants = [
         TrainVariant("sync", ("train.max_staleness=0",)),

@@ -5,7 +5,11 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from rl.processes import alive, descendants, wait_for
+
+pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 
 
 def test_sigterm_stops_the_bench_and_its_engine(tiny_model_dir, tmp_path):

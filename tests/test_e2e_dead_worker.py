@@ -11,6 +11,8 @@ from small_runs import small_run
 
 from rl.driver import Driver
 
+pytestmark = pytest.mark.integration  # starts real Ray or vLLM
+
 
 @pytest.fixture(autouse=True)
 def _unlink_semaphores_of_killed_workers():

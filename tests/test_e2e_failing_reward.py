@@ -1,8 +1,11 @@
 """Training goes on through a reward function that raises, hangs, returns NaN, None or the wrong length."""
 
+import pytest
 from small_runs import small_run
 
 from rl.driver import run_training
+
+pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 
 FLAKY = '''
 import multiprocessing

@@ -2,10 +2,13 @@
 
 import json
 
+import pytest
 from small_runs import small_run
 from wandb_files import history, wandb_records
 
 from rl.driver import run_training
+
+pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 
 
 def test_rl_train_a_few_async_data_parallel_steps(ray_session, tiny_model_dir, tmp_path):

@@ -87,6 +87,7 @@ def test_every_default_recipe_exists():
         assert recipe_path(recipe_for_dataset(dataset)).exists()
 
 
+@pytest.mark.integration
 def test_eval_arith_tiny_four_samples_on_the_warm_engine(rollout_worker, tiny_model_dir):
     """``rl eval builtin:arith-tiny --dataset arith --samples 4 --limit 32``, on the session's engine."""
     cfg = load_config(recipe_path(recipe_for_dataset("arith")))

@@ -44,6 +44,7 @@ def test_build_is_a_plain_float32_llama_that_answers(smollm2_dir):
     assert "Paris" in tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
+@pytest.mark.integration
 def test_rl_eval_serves_it_with_vllm_in_process(smollm2_dir, tmp_path):
     """The whole ``rl eval`` path on a local file with a plug-in reward: chat template, vLLM, greedy answers."""
     data = tmp_path / "qa.jsonl"

@@ -1,10 +1,13 @@
 """Real vLLM engine in a real Ray actor: group sampling, log-probs, versions, aborts."""
 
+import pytest
 import ray
 from rl.rollout.vllm_adapter import SamplingSpec
 from rl.shaping.darts import DartsController
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
+
+pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 
 
 def test_plain_group_returns_m_samples_with_logprobs_and_versions(rollout_worker, encode):

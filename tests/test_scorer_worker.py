@@ -57,6 +57,7 @@ def test_reward_model_scores_a_one_label_head(tiny_model_dir, tmp_path):
         ScorerWorker(ScorerSpec("reward-model", tiny_model_dir))  # a causal LM config: two labels by default
 
 
+@pytest.mark.integration
 def test_sart_prunes_through_the_scorer_actor(rollout_worker, tiny_model_dir, encode):
     scorer = remote_scorer_worker(num_cpus=1).remote(ScorerSpec("lm-confidence", tiny_model_dir))
     ray.get(scorer.stats.remote())  # loaded: the group below does not wait for the model

@@ -7,6 +7,8 @@ from synthetic import make_groups
 
 from rl.actors import form_process_group
 
+pytestmark = pytest.mark.integration  # starts real Ray or vLLM
+
 
 @pytest.mark.parametrize("split", ["interleaved", "one-rank-empty"])
 def test_two_gloo_workers_equal_one_worker(ray_session, tiny_model_dir, split):

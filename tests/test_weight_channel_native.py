@@ -61,6 +61,7 @@ def test_engines_resume_even_when_the_send_fails():
     assert [e[0] for e in log] == ["w0.pause", "t.send_native_weights", "w0.resume"]
 
 
+@pytest.mark.integration
 def test_nccl_on_a_cluster_without_gpus_fails_before_any_actor(ray_session, tiny_model_dir, tmp_path):
     from small_runs import small_run
 

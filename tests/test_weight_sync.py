@@ -3,6 +3,7 @@
 import time
 
 import numpy as np
+import pytest
 import ray
 from rl.rollout.vllm_adapter import SamplingSpec
 from rl.shaping.plain import PlainController
@@ -10,6 +11,8 @@ from rl.shaping.policy import GroupPlan
 from rl.trainer.worker import TrainerSpec, TrainerWorker
 
 from rl.types import Group, PromptRow
+
+pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 
 PROMPT_TEXT = "3+1="
 
