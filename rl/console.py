@@ -204,7 +204,8 @@ def run_summary(summary: dict, run_dir: Path) -> str:
     faults |= {f"reward {k}": v for k, v in (summary.get("reward_failures") or {}).items()}
     if noted := [f"{k.replace('_', ' ')} {v}" for k, v in faults.items() if v]:
         lines.append("note: " + ", ".join(noted))
-    where = [path.name, "metrics.jsonl", *(["checkpoint/"] if summary.get("checkpoint") else [])]
+    saved = summary.get("checkpoint")
+    where = [path.name, "metrics.jsonl", *([f"checkpoints/{Path(saved).name}"] if saved else [])]
     if (run_dir / "logs").is_dir():
         where.append("logs/")
     lines.append(f"run directory: {run_dir} ({', '.join(where)})")

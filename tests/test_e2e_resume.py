@@ -20,7 +20,7 @@ from rl.processes import alive, kill_tree, wait_for
 
 pytestmark = pytest.mark.integration
 
-STEPS = 10
+STEPS = 12
 RUN = [
     "train.batch_groups=4",
     "shaping.m_keep=4",
@@ -91,7 +91,7 @@ def test_sigterm_then_sigkill_then_resume_continue_the_run_exactly(tiny_model_di
             newest = checkpoint.step_of(saved[-1]) if saved else 0
             return newest > stopped_at and _train_steps(run_dir)[-1]["step"] > newest or proc.poll() is not None
 
-        assert wait_for(past_a_new_checkpoint, 600), log.read_text()[-3000:]
+        assert wait_for(past_a_new_checkpoint, 600, poll_s=0.05), log.read_text()[-3000:]
         assert proc.poll() is None, log.read_text()[-3000:]
     finally:
         _kill_all(proc)
