@@ -12,8 +12,8 @@ from rl.buffer import TrajectoryBuffer
 from rl.config import RunConfig
 from rl.losses import LossSpec
 from rl.models import resolve_model
+from rl.rollout.engine import EngineSpec
 from rl.rollout.scorer_worker import ScorerSpec, remote_scorer_worker
-from rl.rollout.vllm_adapter import EngineSpec
 from rl.rollout.worker import remote_rollout_worker
 from rl.trainer.worker import TrainerSpec, TrainerWorker
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from rl.metrics import percentiles
 from rl.prompting import PromptEncoder
 from rl.rewards.pool import RewardPool
-from rl.rollout.vllm_adapter import SamplingSpec
+from rl.rollout.engine import SamplingSpec
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.types import PromptRow

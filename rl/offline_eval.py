@@ -21,7 +21,7 @@ from rl.evaluation import ProblemRecord, sample_and_score, summarize
 from rl.models import BUILTIN_PREFIX, resolve_model
 from rl.prompting import PromptEncoder
 from rl.rewards.pool import RewardPool
-from rl.rollout.vllm_adapter import EngineSpec, SamplingSpec
+from rl.rollout.engine import EngineSpec, SamplingSpec
 
 log = logging.getLogger("rl.eval")
 DATASET_RECIPES = {"arith": "arith_tiny", "gsm8k": "gsm8k_qwen2.5-0.5b"}

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
-from rl.rollout.vllm_adapter import RequestTrace, SamplingSpec, VllmEngine
+from rl.rollout.engine import InferenceEngine, RequestTrace, SamplingSpec
 from rl.shaping.policy import Decision, FinishedSample, GroupController, RunningSample
 
 from rl.types import Sample
@@ -64,7 +64,7 @@ class _Scorer:
 
 
 async def run_group(
-    engine: VllmEngine,
+    engine: InferenceEngine,
     group_id: str,
     prompt_tokens: list[int],
     sampling: SamplingSpec,

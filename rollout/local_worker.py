@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rl.rollout.vllm_adapter import EngineSpec
+from rl.rollout.engine import EngineSpec
 from rl.rollout.worker import RolloutWorker
 
 

@@ -10,55 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
+from rl.rollout.engine import EngineSpec, RequestTrace, SamplingSpec
+
 EXTENSION_CLS = "rl.rollout.vllm_extension.WeightLoaderExtension"
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    """What an engine is built from (plain data, so it can be sent to a Ray actor)."""
-
-    model: str
-    dtype: str = "auto"
-    max_model_len: int = 128
-    kv_cache_bytes: int = 64 << 20
-    gpu_memory_utilization: float = 0.5
-    enforce_eager: bool = True
-    seed: int = 0
-    weight_transfer: str = "cpu"  # cpu | nccl | ipc
-    priority_scheduling: bool = False
-    max_num_seqs: int | None = None  # cap on running sequences; None: vLLM's default
-
-
-@dataclass(frozen=True)
-class SamplingSpec:
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    ignore_eos: bool = False  # benchmarks and tests: force every sample to run to max_tokens
-
-
-@dataclass
-class RequestTrace:
-    """Live state of one request, updated as deltas stream in (readable by a pruning controller)."""
-
-    request_id: str
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str | None = None
-    version_spans: list[tuple[int, int, int]] = field(default_factory=list)  # (version, start, end)
-    started: float = field(default_factory=time.monotonic)
-    finished: float | None = None
-    resubmits: int = 0  # times a weight sync interrupted it and it was resubmitted
-
-    def token_versions(self, default: int) -> list[int]:
-        """One policy version per generated token (``default`` where vLLM gave no span)."""
-        versions = [default] * len(self.tokens)
-        for version, start, end in self.version_spans:
-            versions[start:end] = [version] * (min(end, len(self.tokens)) - start)
-        return versions
 
 
 def is_cpu_platform() -> bool:
@@ -68,7 +25,7 @@ def is_cpu_platform() -> bool:
 
 
 class VllmEngine:
-    """An ``AsyncLLM`` plus the few calls the rollout worker needs."""
+    """``InferenceEngine`` (rollout/engine.py) on vLLM's ``AsyncLLM``."""
 
     def __init__(self, spec: EngineSpec) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs

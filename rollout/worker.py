@@ -1,4 +1,4 @@
-"""The rollout worker: an async Ray actor hosting one vLLM engine.
+"""The rollout worker: an async Ray actor hosting one inference engine (vLLM).
 
 Every method is a coroutine on the actor's event loop (Ray allows 1000 concurrent calls), so a weight
 load or a stats call never queues behind generation: they interleave at each ``await``.
@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
 from rl.rollout.group_runner import GroupResult, ScoreFn, run_group
-from rl.rollout.vllm_adapter import EngineSpec, SamplingSpec, VllmEngine, configure_cpu_threads
+from rl.rollout.vllm_adapter import configure_cpu_threads
 from rl.shaping.policy import GroupController
 
 
@@ -20,7 +21,7 @@ class RolloutWorker:
     async def __init__(self, spec: EngineSpec, cpu_threads_bind: str | None = None) -> None:
         configure_cpu_threads(cpu_threads_bind)
         t0 = time.monotonic()
-        self.engine = VllmEngine(spec)
+        self.engine: InferenceEngine = start_engine(spec)
         await self.engine.start()
         self.startup_s = time.monotonic() - t0
         from transformers import AutoTokenizer

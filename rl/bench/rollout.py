@@ -41,8 +41,9 @@ from rl.config import RolloutConfig, RunConfig, ShapingConfig, apply_overrides, 
 from rl.data.source import dataset_rows
 from rl.prompting import PromptEncoder
 from rl.rewards.pool import RewardPool
+from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
 from rl.rollout.group_runner import GroupResult, run_group
-from rl.rollout.vllm_adapter import EngineSpec, SamplingSpec, VllmEngine, configure_cpu_threads, is_cpu_platform
+from rl.rollout.vllm_adapter import configure_cpu_threads, is_cpu_platform
 from rl.shaping.factory import make_policy
 from rl.shaping.policy import GroupPlan, ShapingPolicy
 from rl.types import PromptRow, Sample
@@ -239,7 +240,7 @@ class RolloutBench:
     def decode(self, tokens: list[int]) -> str:
         return self.encoder.tokenizer.decode(tokens, skip_special_tokens=True)
 
-    async def run(self, engine: VllmEngine) -> list[dict]:
+    async def run(self, engine: InferenceEngine) -> list[dict]:
         """Every mode of every repeat: warm-up pass, timed pass, reward; one run dict per timed pass."""
         if self.max_model_len() > engine.spec.max_model_len:
             raise ValueError(f"prompts + max_tokens need max_model_len {self.max_model_len()}, engine has less")
@@ -267,7 +268,9 @@ class RolloutBench:
                 pool.close()
         return runs
 
-    async def run_mode(self, engine: VllmEngine, mode: str, batch: Batch, repeat: int, pool: RewardPool | None) -> dict:
+    async def run_mode(
+        self, engine: InferenceEngine, mode: str, batch: Batch, repeat: int, pool: RewardPool | None
+    ) -> dict:
         """Warm-up pass, then the timed pass of ``mode``; its metrics and sample records."""
         if mode == "raw":
             timed = await self._passes(lambda tag: self.raw_pass(engine, batch, tag))
@@ -301,7 +304,7 @@ class RolloutBench:
         return await one_pass(f"t{next(self._pass_ids)}")
 
     async def shaped_pass(
-        self, engine: VllmEngine, policy: ShapingPolicy, mode: str, batch: Batch, tag: str
+        self, engine: InferenceEngine, policy: ShapingPolicy, mode: str, batch: Batch, tag: str
     ) -> PassResult:
         """All groups at once under ``policy`` (as ``RolloutWorker.generate_group`` runs them)."""
         rows = batch.rows
@@ -330,7 +333,7 @@ class RolloutBench:
             ]
         return PassResult(records, seconds, dict(counts), kept)
 
-    async def raw_pass(self, engine: VllmEngine, batch: Batch, tag: str) -> PassResult:
+    async def raw_pass(self, engine: InferenceEngine, batch: Batch, tag: str) -> PassResult:
         """All prompts at once, each one request with ``n=M``: the engine's ceiling, nothing shaped."""
         m = self.cfg.m_keep
         t0 = time.monotonic()
@@ -369,7 +372,7 @@ class RolloutBench:
         return by_group
 
 
-async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: VllmEngine | None = None) -> dict:
+async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: InferenceEngine | None = None) -> dict:
     """Run the benchmark on ``engine`` (or on a fresh engine sized for it), write its files, return the result."""
     from rl.models import resolve_model
 
@@ -378,7 +381,7 @@ async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: VllmEngine | 
     if own:
         t0 = time.monotonic()
         log.info("starting the engine on %s", bench.model_dir)
-        engine = VllmEngine(bench.engine_spec())
+        engine = start_engine(bench.engine_spec())
         await engine.start()
         log.info("engine up in %.1f s", time.monotonic() - t0)
     try:

@@ -1,0 +1,105 @@
+"""The inference-engine seam: what the rollout side asks of an engine, and the plain data it passes.
+
+``InferenceEngine`` is the protocol the group runner, the rollout worker and the rollout benchmark are written
+against; ``rollout/vllm_adapter.py`` implements it on vLLM (every vLLM call stays there). Another engine (SGLang,
+say) is one more file implementing it, chosen in ``start_engine``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What an engine is built from (plain data, so it can be sent to a Ray actor)."""
+
+    model: str
+    dtype: str = "auto"
+    max_model_len: int = 128
+    kv_cache_bytes: int = 64 << 20
+    gpu_memory_utilization: float = 0.5
+    enforce_eager: bool = True
+    seed: int = 0
+    weight_transfer: str = "cpu"  # cpu | nccl | ipc
+    priority_scheduling: bool = False
+    max_num_seqs: int | None = None  # cap on running sequences; None: vLLM's default
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    ignore_eos: bool = False  # benchmarks and tests: force every sample to run to max_tokens
+
+
+@dataclass
+class RequestTrace:
+    """Live state of one request, updated as deltas stream in (readable by a pruning controller)."""
+
+    request_id: str
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    version_spans: list[tuple[int, int, int]] = field(default_factory=list)  # (version, start, end)
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    resubmits: int = 0  # times a weight sync interrupted it and it was resubmitted
+
+    def token_versions(self, default: int) -> list[int]:
+        """One policy version per generated token (``default`` where the engine gave no span)."""
+        versions = [default] * len(self.tokens)
+        for version, start, end in self.version_spans:
+            versions[start:end] = [version] * (min(end, len(self.tokens)) - start)
+        return versions
+
+
+class InferenceEngine(Protocol):
+    """One engine serving many requests, each its own sample, with weights that change under it."""
+
+    spec: EngineSpec
+    version: int  # the policy version stamped on tokens generated now
+
+    async def start(self) -> None:
+        """Ready to serve: tokens carry ``version`` from here on."""
+
+    async def generate(
+        self, trace: RequestTrace, prompt_tokens: list[int], sampling: SamplingSpec, priority: int = 0
+    ) -> RequestTrace:
+        """Run one request to its end (stop, length or abort), filling ``trace`` as tokens arrive."""
+
+    async def generate_n(
+        self, request_id: str, prompt_tokens: list[int], sampling: SamplingSpec, n: int
+    ) -> list[RequestTrace]:
+        """One request with ``n`` completions by the engine's own parallel sampling (the benchmark's ceiling)."""
+
+    async def abort(self, request_ids: list[str]) -> None:
+        """Stop requests for good, by their trace ids."""
+
+    async def pause(self, interrupt: bool = False) -> None:
+        """Stop scheduling; in-flight requests are kept, or aborted for resubmission with ``interrupt``."""
+
+    async def resume(self) -> None:
+        """Schedule again after ``pause``."""
+
+    async def load_weights(self, weights: bytes | str, version: int, interrupt: bool = False) -> float:
+        """Load safetensors weights (bytes, or a file's path on this host) as ``version``; returns seconds."""
+
+    async def set_version(self, version: int) -> None:
+        """Stamp tokens generated from now on with ``version``."""
+
+    def num_unfinished(self) -> int:
+        """Requests still running."""
+
+    def shutdown(self) -> None:
+        """Stop the engine and its processes."""
+
+
+def start_engine(spec: EngineSpec) -> InferenceEngine:
+    """Build the engine ``spec`` describes (vLLM: the only one so far); ``await engine.start()`` before use."""
+    from rl.rollout.vllm_adapter import VllmEngine
+
+    return VllmEngine(spec)

@@ -1,0 +1,44 @@
+"""The inference-engine seam: vLLM's adapter implements ``InferenceEngine`` and is the only module that imports vLLM;
+the group runner, rollout worker and rollout benchmark name the protocol, not the adapter's class."""
+
+import inspect
+import re
+from pathlib import Path
+
+from rl.rollout.engine import InferenceEngine
+from rl.rollout.vllm_adapter import VllmEngine
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ["rl", "rollout", "trainer", "shaping", "kernels", "benchmarks"]
+
+
+def protocol_methods() -> list[str]:
+    return [n for n, v in vars(InferenceEngine).items() if inspect.isfunction(v) and not n.startswith("_")]
+
+
+def test_the_vllm_adapter_implements_every_protocol_member_with_its_signature():
+    assert {"generate", "abort", "pause", "resume", "load_weights", "set_version", "shutdown"} <= set(
+        protocol_methods()
+    )
+    for name in protocol_methods():
+        ours, theirs = inspect.signature(getattr(InferenceEngine, name)), inspect.signature(getattr(VllmEngine, name))
+        assert ours == theirs, f"VllmEngine.{name}{theirs} differs from the protocol's {ours}"
+        assert inspect.iscoroutinefunction(getattr(InferenceEngine, name)) == inspect.iscoroutinefunction(
+            getattr(VllmEngine, name)
+        ), name
+    init = inspect.getsource(VllmEngine.__init__)
+    for attribute in InferenceEngine.__annotations__:
+        assert f"self.{attribute} =" in init, attribute
+
+
+def test_only_the_adapter_imports_vllm_and_the_callers_name_the_protocol():
+    importers = [
+        path.relative_to(ROOT).as_posix()
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if re.search(r"^\s*(import vllm|from vllm[ .])", path.read_text(), re.M)
+    ]
+    assert importers == ["rollout/vllm_adapter.py"]
+    for caller in ["rollout/group_runner.py", "rollout/worker.py", "rl/bench/rollout.py"]:
+        text = (ROOT / caller).read_text()
+        assert "InferenceEngine" in text and "VllmEngine" not in text, caller
