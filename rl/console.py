@@ -189,6 +189,14 @@ def ray_runtime_env() -> dict:
     return {"worker_process_setup_hook": "rl.console.worker_setup", "env_vars": keep}
 
 
+def step_postfix(metrics: dict[str, float]) -> str:
+    """The training bar's key metrics of one step: reward, accuracy, step time, rollout tokens/s, waste."""
+    return (
+        f"reward {metrics['reward_mean']:.3f}, acc {metrics['accuracy']:.2f}, {metrics['step_seconds']:.1f} s/step, "
+        f"{metrics['rollout_tokens_per_s']:.0f} tok/s, waste {metrics['waste_ratio']:.2f}"
+    )
+
+
 def run_summary(summary: dict, run_dir: Path) -> str:
     """Write ``summary.json`` into ``run_dir``; return the few lines a person reads at the end of ``rl train``."""
     path = run_dir / "summary.json"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rl.console import ConsoleFilter, LineSieve, run_summary, shown
+from rl.console import ConsoleFilter, LineSieve, run_summary, shown, step_postfix
 
 WEIGHT_LOAD_WARNING = "Failed to load weights"
 
@@ -98,6 +98,12 @@ def test_run_summary_is_short_and_writes_the_json(tmp_path):
     assert '"rollout_errors": 2' in (tmp_path / "summary.json").read_text()
 
 
+def test_the_training_bar_shows_the_key_metrics():
+    metrics = {"reward_mean": 0.5, "accuracy": 0.25, "step_seconds": 1.5, "rollout_tokens_per_s": 812.4}
+    text = step_postfix({**metrics, "waste_ratio": 0.125})
+    assert text == "reward 0.500, acc 0.25, 1.5 s/step, 812 tok/s, waste 0.12"
+
+
 def _console(cmd: list[str], tmp_path: Path) -> str:
     """Run an ``rl`` command as a user does (engine core in its own process); its stdout and stderr together."""
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
@@ -122,7 +128,7 @@ def test_rl_train_console_is_short_and_ends_with_a_summary(tiny_model_dir, tmp_p
     run += ["eval.num_problems=2", "eval.every=0", "rollout.cpu_threads_bind=null", "train.save_checkpoint=false"]
     text = _console(["train", "arith_tiny", *run], tmp_path)
     _assert_quiet(text, 30)
-    assert "held-out accuracy:" in text and "rollout engines up in" in text
+    assert "held-out accuracy:" in text and "rollout engines up in" in text and "s/step" in text
     run_dir = tmp_path / "quiet"
     assert '"steps": 2' in (run_dir / "summary.json").read_text()
     logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.log"))
