@@ -27,6 +27,7 @@ from rl.actors import start_buffer, start_ray, start_rollout_workers, start_scor
 from rl.admission import AdmissionControl
 from rl.advantages import compute_advantages
 from rl.config import RunConfig
+from rl.console import step_postfix
 from rl.data.stream import PromptStream
 from rl.evaluation import evaluate
 from rl.metrics import MetricsLogger, summarize_groups
@@ -438,7 +439,7 @@ class Driver:
                 )
             last, last_idle = now, idle
             self.logger.log(step, metrics)
-            bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.2f}")
+            bar.set_postfix_str(step_postfix(metrics))
             bar.update(1)
             every = cfg.checkpoint_every
             if cfg.save_checkpoint and step < cfg.max_steps and (self.stop_signal or (every and step % every == 0)):
