@@ -207,8 +207,8 @@ def run_summary(summary: dict, run_dir: Path) -> str:
             f"held-out accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
             f"in {summary['train_seconds']:.0f} s of training ({summary['steps']} steps)"
         )
+    # faults only: groups dropped as stale or without signal are the algorithm at work (summary.json counts them)
     faults = {k: summary.get(k) for k in ("rollout_errors", "dead_workers", "restarted_workers")}
-    faults |= {f"dropped {k}": v for k, v in (summary.get("dropped_groups") or {}).items()}
     faults |= {f"reward {k}": v for k, v in (summary.get("reward_failures") or {}).items()}
     if noted := [f"{k.replace('_', ' ')} {v}" for k, v in faults.items() if v]:
         lines.append("note: " + ", ".join(noted))

@@ -92,9 +92,10 @@ def test_route_sends_fd_output_to_the_log_and_only_faults_to_the_console(tmp_pat
 
 def test_run_summary_is_short_and_writes_the_json(tmp_path):
     summary = {"accuracy_before": 0.25, "accuracy_after": 0.5, "train_seconds": 12.3, "steps": 3, "stopped_by": None}
-    text = run_summary({**summary, "rollout_errors": 2, "dropped_groups": {"short_group": 1}}, tmp_path)
+    faults = {"rollout_errors": 2, "reward_failures": {"timeout": 1}, "dropped_groups": {"stale": 7}}
+    text = run_summary({**summary, **faults}, tmp_path)
     assert text.splitlines()[0] == "held-out accuracy: 0.250 -> 0.500 in 12 s of training (3 steps)"
-    assert "rollout errors 2" in text and "dropped short group 1" in text
+    assert "rollout errors 2" in text and "reward timeout 1" in text and "stale" not in text
     assert '"rollout_errors": 2' in (tmp_path / "summary.json").read_text()
 
 
