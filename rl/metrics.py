@@ -98,7 +98,7 @@ class MetricsLogger:
         if wandb is not None:
             from rl.wandb_sink import WandbSink
 
-            self._wandb = WandbSink(wandb, run_dir, config or {})
+            self._wandb = WandbSink(wandb, run_dir, config or {}, resume=resume_step is not None)
 
     def elapsed(self) -> float:
         """Seconds on the run's clock (a resumed run's clock goes on from its checkpoint)."""

@@ -13,13 +13,14 @@ log = logging.getLogger("rl.wandb")
 
 
 class WandbSink:
-    """One W&B run per run directory: its id is kept in ``RUN_DIR/wandb_run_id``, so a resumed run continues it."""
+    """One W&B run per training run: its id is kept in ``RUN_DIR/wandb_run_id``, so a resumed run (``resume``)
+    continues it; a new run in the same directory starts a new one."""
 
-    def __init__(self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any]) -> None:
+    def __init__(self, cfg: WandbConfig, run_dir: Path, config: dict[str, Any], resume: bool = False) -> None:
         import wandb
 
         id_file = run_dir / "wandb_run_id"
-        run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
+        run_id = id_file.read_text().strip() if resume and id_file.exists() else secrets.token_hex(4)
         id_file.write_text(run_id + "\n")
         self.run = wandb.init(
             project=cfg.project,

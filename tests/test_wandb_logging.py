@@ -43,3 +43,14 @@ def test_wandb_is_a_config_section_and_not_imported_unless_configured(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_a_resumed_run_continues_its_wandb_run_and_a_new_one_starts_another(tmp_path):
+    cfg = load_config(None, ["logging.wandb.project=tailor-test", "logging.wandb.mode=offline"]).logging.wandb
+    ids = []
+    for resume_step in (None, 1, None):
+        logger = MetricsLogger(tmp_path, tensorboard=False, resume_step=resume_step, wandb=cfg)
+        logger.log(2, {"reward_mean": 0.5})
+        logger.close()
+        ids.append((tmp_path / "wandb_run_id").read_text().strip())
+    assert ids[0] == ids[1] != ids[2]
