@@ -7,12 +7,23 @@ load or a stats call never queues behind generation: they interleave at each ``a
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
 from rl.rollout.group_runner import GroupResult, ScoreFn, run_group
 from rl.rollout.vllm_adapter import configure_cpu_threads
 from rl.shaping.policy import GroupController
+
+
+def _to_engine(name: str) -> Callable[..., Awaitable[Any]]:
+    """A worker method that hands its call, arguments unchanged, to the engine's method ``name``."""
+
+    async def call(self: RolloutWorker, *args: Any) -> Any:
+        return await getattr(self.engine, name)(*args)
+
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 class RolloutWorker:
@@ -69,18 +80,11 @@ class RolloutWorker:
     async def resume(self) -> None:
         await self.engine.resume()
 
-    # vLLM's VLLMWeightSyncClient protocol (native GPU weight transfer): the trainer's sender calls these
-    async def init_weight_transfer_engine(self, request: Any) -> None:
-        await self.engine.init_weight_transfer_engine(request)
-
-    async def start_weight_update(self) -> None:
-        await self.engine.start_weight_update()
-
-    async def update_weights(self, request: Any) -> None:
-        await self.engine.update_weights(request)
-
-    async def finish_weight_update(self) -> None:
-        await self.engine.finish_weight_update()
+    # vLLM's VLLMWeightSyncClient protocol (native GPU weight transfer): the trainer's sender calls these by name
+    init_weight_transfer_engine = _to_engine("init_weight_transfer_engine")
+    start_weight_update = _to_engine("start_weight_update")
+    update_weights = _to_engine("update_weights")
+    finish_weight_update = _to_engine("finish_weight_update")
 
     async def update_weight_version(self, version: str) -> None:
         await self.engine.set_version(int(version))

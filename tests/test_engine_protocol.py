@@ -42,3 +42,35 @@ def test_only_the_adapter_imports_vllm_and_the_callers_name_the_protocol():
     for caller in ["rollout/group_runner.py", "rollout/worker.py", "rl/bench/rollout.py"]:
         text = (ROOT / caller).read_text()
         assert "InferenceEngine" in text and "VllmEngine" not in text, caller
+
+
+def test_the_worker_hands_native_weight_transfer_calls_to_the_engine_unchanged():
+    """vLLM's weight-sync client calls these by name on the worker's actor handle; each reaches the engine."""
+    import asyncio
+
+    from rl.rollout.worker import RolloutWorker
+
+    class Engine:
+        def __init__(self) -> None:
+            self.calls: list[tuple] = []
+
+        def __getattr__(self, name: str):
+            async def record(*args):
+                self.calls.append((name, *args))
+
+            return record
+
+    worker = RolloutWorker.__new__(RolloutWorker)
+    worker.engine = Engine()
+    names = ["init_weight_transfer_engine", "start_weight_update", "update_weights", "finish_weight_update"]
+    for name in names:
+        method = getattr(RolloutWorker, name)
+        assert method.__name__ == name and inspect.iscoroutinefunction(method)  # a Ray async actor method
+        with_request = name in ("init_weight_transfer_engine", "update_weights")
+        asyncio.run(getattr(worker, name)(*([{"request": name}] if with_request else [])))
+    assert worker.engine.calls == [
+        ("init_weight_transfer_engine", {"request": "init_weight_transfer_engine"}),
+        ("start_weight_update",),
+        ("update_weights", {"request": "update_weights"}),
+        ("finish_weight_update",),
+    ]
