@@ -81,6 +81,7 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None 
     gpus = 1.0 if _has_gpus() else 0.0
     actor = remote_rollout_worker(num_cpus=1, num_gpus=gpus)
     indices = range(cfg.rollout.num_workers) if indices is None else indices
+    log.info("starting %d rollout engine%s on %s", len(indices), "s"[: len(indices) > 1], model_dir)
     return [actor.remote(spec, binds[i % len(binds)]) for i in indices]
 
 
