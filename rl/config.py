@@ -294,6 +294,16 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _periodic(self) -> RunConfig:
+        if self.train.num_workers > 1 and self.train.periodic_async:
+            raise ValueError(
+                "train.periodic_async accumulates each group on one rank as it arrives, but FSDP2 ranks compute "
+                "together: it needs train.num_workers=1"
+            )
+        if self.train.num_workers > 1 and self.weight_sync.transport != "cpu":
+            raise ValueError(
+                f"weight_sync.transport={self.weight_sync.transport} sends whole parameters from one rank; with "
+                "train.num_workers > 1 (sharded weights) use transport=cpu"
+            )
         if self.train.periodic_async and self.train.max_staleness != 0:
             raise ValueError("train.periodic_async needs train.max_staleness=0 (it is an on-policy mode)")
         if self.train.periodic_async and self.algorithm.advantage.startswith("reinforce++"):

@@ -151,7 +151,7 @@ class Driver:
         self.trainers = start_trainers(cfg, self.model_dir)
         self.buffer = start_buffer(cfg)
         self.channel = make_weight_channel(
-            cfg.weight_sync.transport, self.trainers[0], self.live, cfg.rollout.partial_rollouts == "resubmit"
+            cfg.weight_sync.transport, self.trainers, self.live, cfg.rollout.partial_rollouts == "resubmit"
         )
         if not self.resume:
             checkpoint.start_fresh(cfg.run_dir)
@@ -310,7 +310,7 @@ class Driver:
             loaded = None
             while loaded != self.version:  # a sync may land while this one loads: then load again
                 loaded = self.version
-                await worker.load_weights.remote(self.trainers[0].weights_for_sync.remote(), loaded, False)
+                await worker.load_weights.remote(self.channel.export_bytes(), loaded, False)
             self.live.append(worker)
             self.counters.restarted_workers += 1
             log.warning("a replacement rollout worker joined at version %d; %d live", loaded, len(self.live))
@@ -467,7 +467,7 @@ class Driver:
         """Write a complete checkpoint of step ``self.version`` (see ``rl.checkpoint``); returns its directory."""
         t0 = time.monotonic()
         tmp = checkpoint.begin(self.cfg.run_dir, self.version)
-        await self.trainers[0].save.remote(str(tmp))
+        await self._on_every_rank("save", str(tmp))
         (tmp / checkpoint.SHAPING_STATE).write_bytes(pickle.dumps({"policy": self.policy, "governor": self.governor}))
         state = {
             "version": self.version,
@@ -477,18 +477,22 @@ class Driver:
             "in_flight": len(self.unfinished),
             "counters": asdict(self.counters),
             "accuracy_before": self.accuracy_before,
-            "trainer_digest": await self.trainers[0].state_digest.remote(),
+            "trainer_digest": await self._on_every_rank("state_digest"),
         }
         path = checkpoint.commit(tmp, state, self.cfg.train.keep_checkpoints)
         log.info("checkpoint of step %d written to %s in %.1f s", self.version, path, time.monotonic() - t0)
         return path
+
+    async def _on_every_rank(self, method: str, *args: Any) -> Any:
+        """Call ``method`` on every trainer rank at once (their gathers meet); returns rank 0's answer."""
+        return (await asyncio.gather(*[getattr(t, method).remote(*args) for t in self.trainers]))[0]
 
     async def _restore(self) -> None:
         """Load the checkpoint into every trainer rank and the rollout engines; log what was restored."""
         path = str(self.resume)
         await asyncio.gather(*[t.load.remote(path) for t in self.trainers])
         saved = checkpoint.read_driver_state(self.resume)
-        digest = await self.trainers[0].state_digest.remote()
+        digest = await self._on_every_rank("state_digest")
         if digest != saved["trainer_digest"]:
             raise RunFailed(f"{path}: the trainer state loaded differs from the one saved; the checkpoint is damaged")
         self.admission.accepted = self.version * self.cfg.train.batch_groups  # every trained group, as if run on

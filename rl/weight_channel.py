@@ -82,8 +82,11 @@ class CpuExport:
 class CpuWeightChannel:
     overlaps = True
 
-    def __init__(self, trainer: Any, rollout_workers: list[Any], interrupt: bool = False) -> None:
+    def __init__(
+        self, trainer: Any, rollout_workers: list[Any], interrupt: bool = False, peers: list[Any] = ()
+    ) -> None:
         self.trainer = trainer  # rank-0 TrainerWorker actor handle
+        self.peers = list(peers)  # the other data-parallel ranks: each export's gather needs every rank
         self.rollout_workers = rollout_workers
         self.interrupt = interrupt  # abort in-flight requests and resubmit them, instead of keeping them
         self.host: str | None = None  # the node id every party shares, when they do: exports go through a file
@@ -106,7 +109,17 @@ class CpuWeightChannel:
         """The trainer's weights: Ray runs an actor's calls in submission order, so the export holds the weights
         of every step submitted before it and of none after."""
         path = None if self.host is None else f"{self.prefix}-{next(self.exports)}.safetensors"
-        return CpuExport(self.trainer.weights_for_sync.remote(path), path)
+        ref = self.trainer.weights_for_sync.remote(path)
+        for peer in self.peers:  # queued on every rank in the same order as rank 0's: their gathers meet
+            peer.weights_for_sync.remote(None)
+        return CpuExport(ref, path)
+
+    def export_bytes(self) -> Any:
+        """The trainer's weights as safetensors bytes (an object reference), for one engine joining late."""
+        ref = self.trainer.weights_for_sync.remote(None)
+        for peer in self.peers:
+            peer.weights_for_sync.remote(None)
+        return ref
 
     async def send(self, version: int, exported: CpuExport | None = None) -> SyncReport:
         import ray
@@ -179,11 +192,11 @@ class NativeWeightChannel:
 
 
 def make_weight_channel(
-    transport: str, trainer: Any, rollout_workers: list[Any], interrupt: bool = False
+    transport: str, trainers: list[Any], rollout_workers: list[Any], interrupt: bool = False
 ) -> WeightChannel:
     """The channel for ``transport``: ``cpu`` works everywhere, ``nccl``/``ipc`` need GPUs and vLLM on them."""
     if transport == "cpu":
-        return CpuWeightChannel(trainer, rollout_workers, interrupt)
+        return CpuWeightChannel(trainers[0], rollout_workers, interrupt, peers=trainers[1:])
     if transport in ("nccl", "ipc"):
-        return NativeWeightChannel(transport, trainer, rollout_workers, interrupt)
+        return NativeWeightChannel(transport, trainers[0], rollout_workers, interrupt)
     raise ValueError(f"unknown weight_sync.transport {transport!r}; use cpu, nccl or ipc")

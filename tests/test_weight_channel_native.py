@@ -37,7 +37,7 @@ def test_native_channel_pauses_sends_stamps_and_resumes():
     log: list = []
     workers = [Actor(log, "w0"), Actor(log, "w1")]
     trainer = Actor(log, "t")
-    channel = make_weight_channel("nccl", trainer, workers, interrupt=True)
+    channel = make_weight_channel("nccl", [trainer], workers, interrupt=True)
     assert isinstance(channel, NativeWeightChannel)
 
     asyncio.run(channel.start())
@@ -55,7 +55,7 @@ def test_native_channel_pauses_sends_stamps_and_resumes():
 def test_engines_resume_even_when_the_send_fails():
     log: list = []
     workers = [Actor(log, "w0")]
-    channel = make_weight_channel("nccl", Actor(log, "t", failing="send_native_weights"), workers)
+    channel = make_weight_channel("nccl", [Actor(log, "t", failing="send_native_weights")], workers)
     with pytest.raises(RuntimeError, match="send_native_weights failed"):
         asyncio.run(channel.send(1))
     assert [e[0] for e in log] == ["w0.pause", "t.send_native_weights", "w0.resume"]

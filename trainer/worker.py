@@ -1,9 +1,16 @@
 """The trainer worker: a Ray actor holding the HF policy in torch.
 
-One worker per device. Several workers train data-parallel: each computes gradients on its shard, the
-gradients are summed with one flat all-reduce (gloo on CPU, NCCL on GPU), then every rank takes the same
-AdamW step, so parameters stay identical across ranks. The loss is normalized by the *global* token
-count, so the summed gradient is exactly the token-mean gradient of the whole batch.
+One worker per device. Several workers train data-parallel with PyTorch's FSDP2 (``fully_shard`` on every
+decoder layer and the root; gloo on CPU, NCCL on GPU, where parameters compute in bf16 with fp32 master weights
+and fp32 reductions): each rank holds a shard of the parameters, gradients and AdamW state, computes on its share
+of the batch, and the gradients are summed (not averaged) across ranks by FSDP's reduce-scatter. The loss is
+normalized by the *global* loss units, so the summed gradient is exactly the token-mean gradient of the whole
+batch, whatever the split.
+
+Collectives: with several ranks, every forward gathers parameters from all of them, so the ranks run the same
+number of micro-batches per update (a rank with fewer runs idle ones that add zero gradient), and the calls that
+gather the full model (``weights_for_sync``, ``full_weights``, ``save``, ``load``, ``state_digest``,
+``sequence_logprobs``) are made on every rank in the same order; rank 0's result is the one that counts.
 """
 
 from __future__ import annotations
@@ -89,7 +96,8 @@ class TrainerWorker:
             self.reference.eval().requires_grad_(False)
         tok = AutoTokenizer.from_pretrained(spec.model)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+        self.optimizer = self._make_optimizer()
+        self.sharded = False  # FSDP2 over the data-parallel ranks (``join_process_group``)
         self.version = 0
         self._reset_accumulation()
 
@@ -108,6 +116,44 @@ class TrainerWorker:
         torch.distributed.init_process_group(
             backend, init_method=init_method, rank=self.rank, world_size=self.world_size
         )
+        self._shard()
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.model.parameters(), lr=self.spec.lr, weight_decay=self.spec.weight_decay)
+
+    def _shard(self) -> None:
+        """FSDP2 over the process group: each decoder layer (HF's ``_no_split_modules``), then the root, shards its
+        parameters; gradients are summed across ranks; the optimizer is rebuilt on the sharded parameters."""
+        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+        on_gpu = self.device.type == "cuda"
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if on_gpu else None
+        options = {"mp_policy": policy} if policy else {}
+        blocks = set(getattr(self.model, "_no_split_modules", None) or [])
+        for module in [m for m in self.model.modules() if type(m).__name__ in blocks]:
+            fully_shard(module, **options)
+        fully_shard(self.model, **options)
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_force_sum_reduction_for_comms(True)  # sum, as the global-units normalisation expects
+        self.optimizer = self._make_optimizer()
+        self.sharded = True
+
+    def _agreed(self, count: int) -> int:
+        """The largest ``count`` over the ranks (every rank runs that many micro-batches)."""
+        if not self.sharded:
+            return count
+        value = torch.tensor([count], dtype=torch.int64)
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+        return int(value.item())
+
+    def _idle_pass(self, backward: bool) -> None:
+        """One micro-batch's collectives without data: a 2-token forward (and a backward of zero gradient)."""
+        ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
+        with self._autocast():
+            logits = self.model(input_ids=ids, logits_to_keep=1).logits
+        if backward:
+            (logits.float().sum() * 0.0).backward()
 
     def _autocast(self):
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
@@ -163,6 +209,7 @@ class TrainerWorker:
         self.model.train()
         spec = self.spec.loss
         nan_loss = faults.scheduled("nan_loss", self.version + 1)  # off unless the fault soak asks for it
+        idle = self._agreed(len(batches)) - len(batches)  # agreed before any gather, so the collectives line up
         for i, batch in enumerate(batches):
             logprobs, entropy = self._forward(self.model, batch, entropy=spec.entropy_coef > 0)
             reference = None
@@ -186,6 +233,8 @@ class TrainerWorker:
             self._units += out.units
             self._loss_sum += loss.item()
             self._stats = merge_stats(self._stats, out.stats)
+        for _ in range(idle):
+            self._idle_pass(backward=True)
         seconds = time.monotonic() - t0
         self._busy += seconds
         return seconds
@@ -227,18 +276,22 @@ class TrainerWorker:
     def _proximal(self, batches: list[TokenBatch]) -> list[torch.Tensor]:
         """The current policy's log-probs of each micro-batch (the step's proximal policy)."""
         self.model.eval()
-        return [self._logprobs(batch).float() for batch in batches]
+        idle = self._agreed(len(batches)) - len(batches)
+        out = [self._logprobs(batch).float() for batch in batches]
+        for _ in range(idle):
+            self._idle_pass(backward=False)
+        return out
 
     def _update(self) -> Update:
         """One optimizer update from the accumulated gradients, divided by the global loss units."""
         totals = self._global_totals()
         units = totals.pop("units")
         loss = totals.pop("loss_sum") / max(units, 1.0)
-        self._all_reduce_grads()
         for p in self.model.parameters():
             if p.grad is not None:
                 p.grad.div_(max(units, 1.0))
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.grad_clip).item()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.grad_clip)
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         stats = finalize_stats(totals)
         scale = ess_lr_scale(stats["ess_ratio"]) if self.spec.ess_lr_scaling else 1.0
         for group in self.optimizer.param_groups:
@@ -278,35 +331,44 @@ class TrainerWorker:
         torch.distributed.all_reduce(maxed, op=torch.distributed.ReduceOp.MAX)
         return {k: float(maxed[i] if k in MAX_STATS else summed[i]) for i, k in enumerate(keys)}
 
-    def _all_reduce_grads(self) -> None:
-        if self.world_size == 1:
-            return
-        for p in self.model.parameters():  # a rank that got no groups this step has no gradients yet
-            if p.requires_grad and p.grad is None:
-                p.grad = torch.zeros_like(p)
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        torch.distributed.all_reduce(flat)
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
-
     @torch.no_grad()
     def sequence_logprobs(self, prompt_tokens: list[int], response_tokens: list[int]) -> list[float]:
-        """The policy's log-probs of ``response_tokens`` after ``prompt_tokens`` (for checks and evals)."""
+        """The policy's log-probs of ``response_tokens`` after ``prompt_tokens`` (for checks and evals; with several
+        ranks every rank calls it with the same tokens)."""
         self.model.eval()
         batch = collate([(prompt_tokens, response_tokens, [0.0] * len(response_tokens), 0.0)], self.pad_id)
         lp = self._logprobs(batch)[0]
         start = len(prompt_tokens) - 1
         return lp[start : start + len(response_tokens)].float().cpu().tolist()
 
-    def weights_for_sync(self, path: str | None = None) -> bytes | str:
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """Every parameter, whole, in fp32 on the CPU, by HF name (tied weights appear once); rank 0 gets them,
+        other ranks an empty dict. Sharded, it gathers: every rank calls it."""
+        names = [n for n, _ in self.model.named_parameters()]
+        if not self.sharded:
+            return {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.model.named_parameters()}
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return {n: full[n].to(torch.float32).contiguous() for n in names if n in full}
+
+    def _full_optimizer_state(self) -> dict:
+        """AdamW's state keyed by parameter name, whole (rank 0; gathers when sharded): one checkpoint format for
+        any number of ranks."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=self.sharded)
+        return get_optimizer_state_dict(self.model, self.optimizer, options=options)
+
+    def weights_for_sync(self, path: str | None = None) -> bytes | str | None:
         """HF-format named parameters in safetensors format (tied weights appear once): as bytes, or written to
-        the file ``path`` (complete once it exists: written under a temporary name, then renamed) and its path."""
+        the file ``path`` (complete once it exists: written under a temporary name, then renamed) and its path.
+        Rank 0 answers; other ranks take part in the gather and return None."""
         from safetensors.torch import save, save_file
 
-        named = {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.model.named_parameters()}
+        named = self.full_weights()
+        if self.rank > 0:
+            return None
         if path is None:
             return save(named)
         save_file(named, f"{path}.tmp")
@@ -322,6 +384,9 @@ class TrainerWorker:
         """Rank 0: open vLLM's native weight transfer (``nccl`` / ``ipc``) to the rollout workers (GPU only)."""
         from rl.rollout.vllm_adapter import NativeWeightSender
 
+        if self.sharded:
+            raise ValueError("vLLM's native weight transfer sends whole parameters: it needs train.num_workers=1")
+
         self.sender = NativeWeightSender(backend, self.model, rollout_handles)
 
     def send_native_weights(self) -> float:
@@ -331,38 +396,50 @@ class TrainerWorker:
         return time.monotonic() - t0
 
     def parameter_checksum(self) -> float:
-        """Sum of all parameters (to check data-parallel ranks stay identical)."""
-        return float(sum(p.detach().double().sum() for p in self.model.parameters()))
+        """Sum of all parameters (rank 0; every rank calls it when sharded)."""
+        return float(sum(t.double().sum() for t in self.full_weights().values()))
 
     def save(self, path: str) -> str:
         """Write an HF checkpoint (model + tokenizer) loadable by vLLM and transformers, plus what ``load`` needs
-        to continue exactly: optimizer state, version and torch's RNG states (``trainer_state.pt``)."""
+        to continue exactly: optimizer state by parameter name, version and torch's RNG states
+        (``trainer_state.pt``). Sharded, every rank calls it and rank 0 writes: one format for any world size."""
+        from safetensors.torch import save_file
         from transformers import AutoTokenizer
 
+        weights, optimizer = self.full_weights(), self._full_optimizer_state()
+        if self.rank > 0:
+            return path
         os.makedirs(path, exist_ok=True)
-        self.model.save_pretrained(path)
+        self.model.config.save_pretrained(path)
+        save_file(weights, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
         AutoTokenizer.from_pretrained(self.spec.model).save_pretrained(path)
         rng = {
             "cpu": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
         torch.save(
-            {"optimizer": self.optimizer.state_dict(), "version": self.version, "rng": rng},
-            os.path.join(path, "trainer_state.pt"),
+            {"optimizer": optimizer, "version": self.version, "rng": rng}, os.path.join(path, "trainer_state.pt")
         )
         return path
 
     def load(self, path: str) -> int:
-        """Resume model, optimizer, version and RNG states from ``save``'s directory; returns the version."""
+        """Resume model, optimizer, version and RNG states from ``save``'s directory (every rank calls it, each
+        keeping its shard); returns the version."""
         from safetensors.torch import load_file
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
 
         state = load_file(os.path.join(path, "model.safetensors"))
-        missing = self.model.load_state_dict(state, strict=False).missing_keys
-        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
-        if set(missing) - tied:
-            raise ValueError(f"{path}: the checkpoint lacks {sorted(set(missing) - tied)[:3]}")
+        missing = {n for n, _ in self.model.named_parameters()} - set(state)
+        if missing:
+            raise ValueError(f"{path}: the checkpoint lacks {sorted(missing)[:3]}")
+        options = StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(self.model, state, options=options)
         extra = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
-        self.optimizer.load_state_dict(extra["optimizer"])
+        set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=extra["optimizer"], options=options)
         self.version = extra["version"]
         torch.set_rng_state(extra["rng"]["cpu"])
         if extra["rng"]["cuda"] and torch.cuda.is_available():
@@ -370,14 +447,18 @@ class TrainerWorker:
         return self.version
 
     def state_digest(self) -> str:
-        """SHA-256 over every parameter and optimizer-state tensor, in order: equal digests mean equal states."""
+        """SHA-256 over every parameter and AdamW state tensor, whole, by name: equal digests mean equal states
+        (rank 0; every rank calls it when sharded, others get "")."""
+        weights, optimizer = self.full_weights(), self._full_optimizer_state()
+        if self.rank > 0:
+            return ""
         h = hashlib.sha256()
-        for name, p in self.model.named_parameters():
+        for name in sorted(weights):
             h.update(name.encode())
-            h.update(p.detach().float().cpu().numpy().tobytes())
-        for index, state in sorted(self.optimizer.state_dict()["state"].items()):
+            h.update(weights[name].numpy().tobytes())
+        for name, state in sorted(optimizer["state"].items()):
             for key, value in sorted(state.items()):
-                h.update(f"{index}.{key}".encode())
+                h.update(f"{name}.{key}".encode())
                 h.update(torch.as_tensor(value).detach().float().cpu().numpy().tobytes())
         return h.hexdigest()
 

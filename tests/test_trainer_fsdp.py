@@ -1,0 +1,136 @@
+"""FSDP2 data parallelism on gloo: two sharded trainer ranks make the update one rank makes on the whole batch,
+their checkpoint is the single-rank format, and their gathered weights give vLLM the trainer's log-probs."""
+
+import asyncio
+
+import numpy as np
+import pytest
+import ray
+import torch
+from rl.trainer.worker import TrainerSpec, TrainerWorker
+from synthetic import make_groups
+from test_weight_sync import PROMPT_TEXT, sample_once
+
+from rl.actors import form_process_group
+from rl.types import Group, PromptRow
+
+pytestmark = pytest.mark.integration  # starts real Ray or vLLM
+
+
+def _ranks(spec: TrainerSpec, n: int = 2) -> list:
+    actor = ray.remote(num_cpus=1)(TrainerWorker)
+    workers = [actor.remote(spec, rank, n) for rank in range(n)]
+    form_process_group(workers)  # meets on rank 0's node address, as multi-node runs do
+    return workers
+
+
+def _close(workers: list) -> None:
+    ray.get([w.shutdown.remote() for w in workers])
+    for w in workers:
+        ray.kill(w)
+
+
+def _noise_gradients(spec: TrainerSpec, groups: list) -> dict[str, torch.Tensor]:
+    """Per parameter, the elements whose gradient on a mini-batch of ``groups`` is below 1e-4 of that parameter's
+    largest. AdamW divides each gradient by its own magnitude (plus eps), so where a clipped gradient is near eps
+    its update follows fp32 rounding, which differs with the order of the sums (one rank or two)."""
+    noise: dict[str, torch.Tensor] = {}
+    size = len(groups) // spec.mini_batches
+    for start in range(0, len(groups), size):
+        worker = TrainerWorker(spec)
+        worker.accumulate(groups[start : start + size])
+        for n, p in worker.model.named_parameters():
+            noise[n] = noise.get(n, torch.zeros_like(p, dtype=torch.bool)) | (p.grad.abs() < 1e-4 * p.grad.abs().max())
+    return noise
+
+
+def _assert_same_update(full: dict, expected: dict, before: dict, noise: dict, lr: float, updates: int = 1) -> None:
+    """Element by element: equal to fp32 rounding, except the few near-zero gradients (within one AdamW step each).
+    After a second update the rounding of the first has moved the gradients a little: a few elements in 10^4 may
+    then differ by up to 0.5 % of a step."""
+    assert full.keys() == expected.keys() == noise.keys()
+    off = 0
+    for name, value in full.items():
+        gap, exact = (value - expected[name]).abs(), ~noise[name]
+        assert gap.max() <= 2 * lr * updates * 1.001, name
+        rounding = ~torch.isclose(value, expected[name], rtol=1e-5, atol=1e-6) & exact
+        off += int(rounding.sum())
+        assert updates > 1 or not rounding.any(), name
+        assert gap[exact].max() <= 5e-3 * lr, name
+    assert off <= 1e-4 * sum(v.numel() for v in full.values())
+    assert sum(int(m.sum()) for m in noise.values()) < 0.01 * sum(m.numel() for m in noise.values())
+    moved = [n for n in expected if not torch.equal(expected[n], before[n])]
+    assert len(moved) > 0.9 * len(expected)  # the step really moved the weights
+
+
+@pytest.mark.parametrize(("split", "mini_batches"), [("interleaved", 1), ("one-rank-empty", 1), ("uneven", 2)])
+def test_two_fsdp_ranks_make_the_update_of_one_rank(ray_session, tiny_model_dir, split, mini_batches):
+    spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=3, mini_batches=mini_batches)
+    groups = make_groups(6)
+    single = TrainerWorker(spec)
+    initial = {n: t.clone() for n, t in single.full_weights().items()}  # the live tensors on one CPU rank
+    single.train_step(groups)
+
+    workers = _ranks(spec)
+    # a rank with nothing, or with fewer micro-batches, runs idle ones: the gathers of both ranks still meet.
+    # With 2 mini-batches, update c takes each rank's c-th half: uneven shards whose halves together are the
+    # single rank's c-th half (groups 0-2, then 3-5)
+    shards = {
+        "interleaved": [groups[0::2], groups[1::2]],
+        "one-rank-empty": [groups, []],
+        "uneven": [[groups[i] for i in (0, 1, 3, 4)], [groups[2], groups[5]]],
+    }[split]
+    metrics = ray.get([w.train_step.remote(shard) for w, shard in zip(workers, shards, strict=True)])
+    full, other = ray.get([w.full_weights.remote() for w in workers])
+    _close(workers)
+
+    assert other == {}  # gathered on rank 0 only
+    _assert_same_update(full, single.full_weights(), initial, _noise_gradients(spec, groups), spec.lr, mini_batches)
+    assert metrics[0]["updates"] == metrics[1]["updates"] == mini_batches
+
+
+def test_sharded_checkpoint_round_trips_in_the_single_rank_format(ray_session, tiny_model_dir, tmp_path):
+    spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=4)
+    workers = _ranks(spec)
+    for seed in range(2):
+        groups = make_groups(4, seed)
+        ray.get([w.train_step.remote(groups[r::2]) for r, w in enumerate(workers)])
+    path = str(tmp_path / "ckpt")
+    ray.get([w.save.remote(path) for w in workers])
+    digest = ray.get([w.state_digest.remote() for w in workers])[0]
+    _close(workers)
+
+    fresh = _ranks(spec)
+    assert ray.get([w.load.remote(path) for w in fresh]) == [2, 2]
+    assert ray.get([w.state_digest.remote() for w in fresh])[0] == digest  # every parameter and AdamW moment
+    single = TrainerWorker(spec)  # one format for any world size
+    assert single.load(path) == 2 and single.state_digest() == digest
+
+    groups = make_groups(4, seed=9)
+    ray.get([w.train_step.remote(groups[r::2]) for r, w in enumerate(fresh)])
+    full = ray.get([w.full_weights.remote() for w in fresh])[0]
+    _close(fresh)
+    before = {n: t.clone() for n, t in single.full_weights().items()}
+    single.train_step(groups)
+    _assert_same_update(full, single.full_weights(), before, _noise_gradients(spec, groups), spec.lr)
+
+
+def test_gathered_weights_give_vllm_the_sharded_trainers_logprobs(rollout_worker, tiny_model_dir, encode):
+    from rl.weight_channel import CpuWeightChannel
+
+    prompt = encode(PROMPT_TEXT)
+    workers = _ranks(TrainerSpec(model=tiny_model_dir, lr=5e-2))
+    samples = sample_once(rollout_worker, "fsdp-0", prompt)
+    group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[1.0, -1.0])
+    ray.get([w.train_step.remote(shard) for w, shard in zip(workers, [[group], []], strict=True)])
+    channel = CpuWeightChannel(workers[0], [rollout_worker], peers=workers[1:])
+    asyncio.run(channel.start())
+    report = asyncio.run(channel.send(31))
+    synced = sample_once(rollout_worker, "fsdp-1", prompt)
+    gaps = []
+    for s in synced:  # every rank computes (the forward gathers), rank 0's answer
+        trainer_lps = ray.get([w.sequence_logprobs.remote(prompt, s.tokens) for w in workers])[0]
+        gaps.append(np.abs(np.array(trainer_lps) - np.array(s.logprobs)).mean())
+    _close(workers)
+    assert report.dead == [] and all(v == 31 for s in synced for v in s.versions)
+    assert float(np.mean(gaps)) < 1e-3
