@@ -10,12 +10,12 @@ from typing import Any
 from rl import console
 from rl.buffer import TrajectoryBuffer
 from rl.config import RunConfig
-from rl.losses import LossSpec
 from rl.models import resolve_model
 from rl.rollout.engine import EngineSpec
 from rl.rollout.scorer_worker import ScorerSpec, remote_scorer_worker
 from rl.rollout.worker import remote_rollout_worker
-from rl.trainer.worker import TrainerSpec, TrainerWorker
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.worker import TrainerWorker
 
 log = logging.getLogger("rl.actors")
 LOOPBACK = "127.0.0.1"
@@ -89,21 +89,7 @@ def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:
     import ray
 
     t = cfg.train
-    spec = TrainerSpec(
-        model=model_dir,
-        lr=t.lr,
-        weight_decay=t.weight_decay,
-        grad_clip=t.grad_clip,
-        loss=loss_spec(cfg),
-        ess_lr_scaling=cfg.algorithm.ess_lr_scaling,
-        micro_batch_size=t.micro_batch_size,
-        micro_batch_tokens=t.micro_batch_tokens,
-        gradient_checkpointing=t.gradient_checkpointing,
-        mini_batches=t.mini_batches,
-        epochs=t.ppo_epochs,
-        threads=t.threads,
-        seed=cfg.seed,
-    )
+    spec = TrainerSpec.from_config(cfg, model_dir)
     actor = ray.remote(num_cpus=1, num_gpus=1.0 if _has_gpus() else 0.0)(TrainerWorker)
     trainers = [actor.remote(spec, rank, t.num_workers) for rank in range(t.num_workers)]
     if t.num_workers > 1:
@@ -117,24 +103,6 @@ def form_process_group(trainers: list[Any]) -> None:
 
     init = ray.get(trainers[0].rendezvous_address.remote())
     ray.get([t.join_process_group.remote(init) for t in trainers])
-
-
-def loss_spec(cfg: RunConfig) -> LossSpec:
-    """The trainer's ``LossSpec`` from the run's ``algorithm`` section."""
-    a = cfg.algorithm
-    return LossSpec(
-        kind=a.loss,
-        clip_low=a.clip_low,
-        clip_high=a.clip_high,
-        agg=a.agg,
-        norm_len=a.norm_len or cfg.rollout.max_tokens,
-        kl_coef=a.kl_coef,
-        kl_estimator=a.kl_estimator,
-        entropy_coef=a.entropy_coef,
-        correction=a.correction,
-        correction_cap=a.correction_cap,
-        decoupled=a.decoupled,
-    )
 
 
 def start_scorer(cfg: RunConfig, model_dir: str) -> Any:

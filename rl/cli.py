@@ -394,6 +394,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     train.set_defaults(func=cmd_bench_train)
     _add_bench_peer(bench)
     _add_bench_soak(bench)
+    _add_bench_dp_balance(bench)
     replay = bench.add_parser("cost-model", help="price a measured rollout benchmark with a device's decode profile")
     replay.add_argument("result", type=Path, help="an `rl bench rollout` output folder or its bench_rollout.json")
     replay.add_argument("--profile", required=True, help="decode profile JSON, or a shipped profile's name")
@@ -469,6 +470,50 @@ def _add_bench_soak(bench: argparse._SubParsersAction) -> None:
     soak.add_argument("--steps", type=_positive, default=120, help="optimizer steps (default 120; more than 85)")
     soak.add_argument("--out", type=Path, help="output directory (default runs/bench-soak-RECIPE)")
     soak.set_defaults(func=cmd_bench_soak)
+
+
+def cmd_bench_dp_balance(args: argparse.Namespace) -> int:
+    from rl.bench.dp_balance import BalanceBenchOptions, markdown, run_dp_balance_bench
+    from rl.config import load_config
+    from rl.preflight import check_model_path
+
+    def build() -> tuple[RunConfig, str]:
+        cfg = load_config(recipe_path(args.recipe), [*args.overrides, f"train.num_workers={args.ranks}"])
+        if args.groups < args.ranks:
+            raise ValueError(f"--groups must be at least --ranks ({args.ranks})")
+        return cfg, check_model_path(cfg.model.path)
+
+    checked = checked_config(build)
+    if checked is None:
+        return 2
+    cfg, model_dir = checked
+    out = args.out or Path(f"runs/bench-dp-balance-{Path(args.recipe).stem}")
+    opts = BalanceBenchOptions(
+        steps=args.steps,
+        seeds=[int(s) for s in _csv(args.seeds)],
+        groups=args.groups,
+        max_len=args.max_len,
+        out_dir=out,
+    )
+    _route_output(args, out / "logs")
+    result = run_dp_balance_bench(cfg, model_dir, opts)
+    print(markdown(result["modes"]))
+    print(f"wrote {out / 'bench_dp_balance.json'} and {out / 'bench_dp_balance.md'}")
+    return 0
+
+
+def _add_bench_dp_balance(bench: argparse._SubParsersAction) -> None:
+    balance = bench.add_parser("dp-balance", help="data-parallel trainer steps: round robin by group vs token-balanced")
+    balance.add_argument("recipe", help="recipe YAML path or bundled recipe name (e.g. arith_smollm2)")
+    balance.add_argument("overrides", nargs="*", help="key.path=value overrides for the trainer")
+    balance.add_argument("--ranks", type=_positive, default=2, help="data-parallel trainer ranks (default 2)")
+    balance.add_argument("--steps", type=_positive, default=3, help="steps per seed and split (default 3)")
+    balance.add_argument("--seeds", default="0,1", help="comma-separated batch seeds (default 0,1)")
+    balance.add_argument("--groups", type=_positive, default=8, help="prompts per step (default 8)")
+    balance.add_argument("--max-len", type=_positive, default=512, help="response length cap (default 512)")
+    balance.add_argument("--out", type=Path, help="output directory (default runs/bench-dp-balance-RECIPE)")
+    _add_verbose(balance)
+    balance.set_defaults(func=cmd_bench_dp_balance)
 
 
 def _add_verbose(parser: argparse.ArgumentParser) -> None:

@@ -163,6 +163,11 @@ class TrainConfig(Strict):
     max_staleness: int = Field(default=0, ge=0)  # 0 = synchronous on-policy
     sync_every: int = Field(default=1, ge=1)
     num_workers: int = Field(default=1, ge=1)  # data-parallel trainer workers
+    dp_balance: Literal["tokens", "groups"] = Field(
+        default="tokens",
+        description="how a step's batch is split over data-parallel ranks: tokens: samples balanced by token count "
+        "(Karmarkar-Karp, rl/balance.py); groups: whole groups round robin",
+    )
     lr: float = Field(default=1e-3, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     grad_clip: float = Field(default=1.0, gt=0)

@@ -26,6 +26,7 @@ from rl import checkpoint
 from rl.actors import start_buffer, start_ray, start_rollout_workers, start_scorer, start_trainers
 from rl.admission import AdmissionControl
 from rl.advantages import compute_advantages
+from rl.balance import balanced_shards, round_robin_shards
 from rl.config import RunConfig
 from rl.console import step_postfix
 from rl.data.stream import PromptStream
@@ -421,6 +422,7 @@ class Driver:
                 "rollout_errors": self.counters.rollout_errors,
                 "zero_variance_dropped": float(self.zero_variance_this_step),
                 "trainer_tokens_per_s": batch_stats["kept_tokens"] / max(busy, 1e-9),
+                "idle_pass_s": sum(r["idle_pass_s"] for r in results),  # data-parallel ranks waiting for a straggler
                 "prompt_ids": [g.prompt.prompt_id for g in groups],  # what this step trained on
             }
             self.zero_variance_this_step = 0
@@ -546,7 +548,8 @@ class Driver:
         """Take a whole batch, compute its advantages, one ``train_step`` per data-parallel rank."""
         groups = await self._unless_stopping(self.buffer.get_batch.remote(self.cfg.train.batch_groups, self.version))
         assign_advantages(self.cfg.algorithm.advantage, groups)
-        shards = [groups[r :: len(self.trainers)] for r in range(len(self.trainers))]
+        split = balanced_shards if self.cfg.train.dp_balance == "tokens" else round_robin_shards
+        shards = split(groups, len(self.trainers))
         results = await asyncio.gather(
             *[t.train_step.remote(shard) for t, shard in zip(self.trainers, shards, strict=True)]
         )

@@ -2,7 +2,8 @@
 
 import pytest
 import torch
-from rl.trainer.worker import TrainerSpec, TrainerWorker
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.fsdp_engine import FSDPEngine
 from synthetic import make_groups
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run on the device machine)")
@@ -10,10 +11,10 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 def test_bf16_cuda_step_tracks_the_fp32_cpu_step(tiny_model_dir, monkeypatch):
     groups = make_groups(6, seed=3)
-    gpu = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3))
+    gpu = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-3))
     assert gpu.device.type == "cuda"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    cpu = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3))
+    cpu = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-3))
     assert cpu.device.type == "cpu"
     monkeypatch.undo()
 

@@ -2,13 +2,14 @@
 
 import pytest
 import torch
-from rl.trainer.worker import TrainerSpec, TrainerWorker
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.fsdp_engine import FSDPEngine
 from synthetic import make_groups
 
 from rl.losses import LossSpec
 
 
-def parameters(worker: TrainerWorker) -> list[torch.Tensor]:
+def parameters(worker: FSDPEngine) -> list[torch.Tensor]:
     return [p.detach().clone() for p in worker.model.parameters()]
 
 
@@ -17,7 +18,7 @@ def test_streamed_accumulation_gives_the_same_parameters_as_synchronous_steps(ti
     # parameters, bit for bit; other splits differ only by float reassociation (amplified by Adam's 1/sqrt(v)).
     spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=4)
     batches = [make_groups(6, seed=s) for s in range(3)]
-    synchronous, streamed = TrainerWorker(spec), TrainerWorker(spec)
+    synchronous, streamed = FSDPEngine(spec), FSDPEngine(spec)
     initial = parameters(synchronous)
     for groups in batches:
         sync_metrics = synchronous.train_step(groups)
@@ -35,7 +36,7 @@ def test_streamed_accumulation_gives_the_same_parameters_as_synchronous_steps(ti
 
 def test_kl_entropy_and_ess_scaling_reach_the_step(tiny_model_dir):
     loss = LossSpec(kl_coef=0.1, entropy_coef=0.01, correction="tis-seq")
-    worker = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-2, loss=loss, ess_lr_scaling=True))
+    worker = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-2, loss=loss, ess_lr_scaling=True))
     first = worker.train_step(make_groups(4))
     assert first["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # the reference is the initial policy
     assert first["entropy"] > 0.0

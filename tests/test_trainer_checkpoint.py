@@ -1,7 +1,8 @@
 """A trainer's checkpoint holds everything its next step depends on."""
 
 import torch
-from rl.trainer.worker import TrainerSpec, TrainerWorker
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.fsdp_engine import FSDPEngine
 from synthetic import make_groups
 
 
@@ -9,12 +10,12 @@ def test_a_loaded_checkpoint_continues_exactly(tiny_model_dir, tmp_path):
     """Train, save, load into a fresh trainer: equal digests (every parameter and AdamW moment), equal version,
     and the next step of both gives bit-identical parameters."""
     spec = TrainerSpec(model=tiny_model_dir, lr=1e-3)
-    trained = TrainerWorker(spec)
+    trained = FSDPEngine(spec)
     for seed in range(2):
         trained.train_step(make_groups(2, seed))
     trained.save(str(tmp_path / "ckpt"))
 
-    fresh = TrainerWorker(spec)
+    fresh = FSDPEngine(spec)
     assert fresh.state_digest() != trained.state_digest()
     assert fresh.load(str(tmp_path / "ckpt")) == trained.version == 2
     assert fresh.state_digest() == trained.state_digest()

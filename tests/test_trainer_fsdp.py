@@ -7,11 +7,14 @@ import numpy as np
 import pytest
 import ray
 import torch
-from rl.trainer.worker import TrainerSpec, TrainerWorker
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.fsdp_engine import FSDPEngine
+from rl.trainer.worker import TrainerWorker
 from synthetic import make_groups
 from test_weight_sync import PROMPT_TEXT, sample_once
 
 from rl.actors import form_process_group
+from rl.balance import balanced_shards
 from rl.types import Group, PromptRow
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
@@ -37,7 +40,7 @@ def _noise_gradients(spec: TrainerSpec, groups: list) -> dict[str, torch.Tensor]
     noise: dict[str, torch.Tensor] = {}
     size = len(groups) // spec.mini_batches
     for start in range(0, len(groups), size):
-        worker = TrainerWorker(spec)
+        worker = FSDPEngine(spec)
         worker.accumulate(groups[start : start + size])
         for n, p in worker.model.named_parameters():
             noise[n] = noise.get(n, torch.zeros_like(p, dtype=torch.bool)) | (p.grad.abs() < 1e-4 * p.grad.abs().max())
@@ -63,11 +66,13 @@ def _assert_same_update(full: dict, expected: dict, before: dict, noise: dict, l
     assert len(moved) > 0.9 * len(expected)  # the step really moved the weights
 
 
-@pytest.mark.parametrize(("split", "mini_batches"), [("interleaved", 1), ("one-rank-empty", 1), ("uneven", 2)])
+@pytest.mark.parametrize(
+    ("split", "mini_batches"), [("interleaved", 1), ("one-rank-empty", 1), ("uneven", 2), ("token-balanced", 1)]
+)
 def test_two_fsdp_ranks_make_the_update_of_one_rank(ray_session, tiny_model_dir, split, mini_batches):
     spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=3, mini_batches=mini_batches)
     groups = make_groups(6)
-    single = TrainerWorker(spec)
+    single = FSDPEngine(spec)
     initial = {n: t.clone() for n, t in single.full_weights().items()}  # the live tensors on one CPU rank
     single.train_step(groups)
 
@@ -79,6 +84,7 @@ def test_two_fsdp_ranks_make_the_update_of_one_rank(ray_session, tiny_model_dir,
         "interleaved": [groups[0::2], groups[1::2]],
         "one-rank-empty": [groups, []],
         "uneven": [[groups[i] for i in (0, 1, 3, 4)], [groups[2], groups[5]]],
+        "token-balanced": balanced_shards(groups, 2),  # groups cut sample by sample, advantages kept
     }[split]
     metrics = ray.get([w.train_step.remote(shard) for w, shard in zip(workers, shards, strict=True)])
     full, other = ray.get([w.full_weights.remote() for w in workers])
@@ -103,7 +109,7 @@ def test_sharded_checkpoint_round_trips_in_the_single_rank_format(ray_session, t
     fresh = _ranks(spec)
     assert ray.get([w.load.remote(path) for w in fresh]) == [2, 2]
     assert ray.get([w.state_digest.remote() for w in fresh])[0] == digest  # every parameter and AdamW moment
-    single = TrainerWorker(spec)  # one format for any world size
+    single = FSDPEngine(spec)  # one format for any world size
     assert single.load(path) == 2 and single.state_digest() == digest
 
     groups = make_groups(4, seed=9)

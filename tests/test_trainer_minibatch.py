@@ -4,13 +4,14 @@ from dataclasses import replace
 
 import pytest
 import torch
-from rl.trainer.worker import TrainerSpec, TrainerWorker, even_chunks
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.fsdp_engine import FSDPEngine, even_chunks
 from synthetic import make_groups
 
 from rl.losses import LossSpec
 
 
-def parameters(worker: TrainerWorker) -> list[torch.Tensor]:
+def parameters(worker: FSDPEngine) -> list[torch.Tensor]:
     return [p.detach().clone() for p in worker.model.parameters()]
 
 
@@ -25,8 +26,8 @@ def test_two_mini_batches_are_two_updates_on_the_halves(tiny_model_dir):
     # own mini-batch: one step of 2 mini-batches is two steps on the halves, bit for bit (same micro-batches)
     groups = make_groups(6)
     coupled = LossSpec(decoupled=False)
-    mini = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-2, loss=coupled, micro_batch_size=4, mini_batches=2))
-    halves = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-2, loss=coupled, micro_batch_size=4))
+    mini = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-2, loss=coupled, micro_batch_size=4, mini_batches=2))
+    halves = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-2, loss=coupled, micro_batch_size=4))
     initial = parameters(mini)
     metrics = mini.train_step(groups)
     first, second = halves.train_step(groups[:3]), halves.train_step(groups[3:])
@@ -40,8 +41,8 @@ def test_two_mini_batches_are_two_updates_on_the_halves(tiny_model_dir):
 
 def test_decoupled_epochs_clip_against_the_policy_before_the_step(tiny_model_dir):
     loss = LossSpec(decoupled=True)
-    one = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=5e-2, loss=loss))
-    two = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=5e-2, loss=loss, epochs=2))
+    one = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=5e-2, loss=loss))
+    two = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=5e-2, loss=loss, epochs=2))
     groups = make_groups(4)
     single, double = one.train_step(groups), two.train_step(groups)
     # one update: the proximal policy is the current one, so the ratio is exactly 1 and nothing is clipped
@@ -57,8 +58,8 @@ def test_on_policy_decoupled_epochs_match_coupled(tiny_model_dir):
     # when the behaviour policy is the trainer's own (staleness 0), the step-start proximal policy is the
     # behaviour policy, so decoupled and coupled PPO make the same updates
     spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=4, mini_batches=2, epochs=2)
-    decoupled = TrainerWorker(replace(spec, loss=LossSpec(decoupled=True)))
-    coupled = TrainerWorker(replace(spec, loss=LossSpec(decoupled=False)))
+    decoupled = FSDPEngine(replace(spec, loss=LossSpec(decoupled=True)))
+    coupled = FSDPEngine(replace(spec, loss=LossSpec(decoupled=False)))
     groups = make_groups(4)
     for g in groups:
         for s in g.samples:

@@ -4,7 +4,8 @@ import random
 
 import torch
 from rl.trainer.batching import cut_micro_batches, row_length
-from rl.trainer.worker import TrainerSpec, TrainerWorker
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.fsdp_engine import FSDPEngine
 
 from rl.types import Group, PromptRow, Sample
 
@@ -46,8 +47,8 @@ def test_cut_sorts_and_respects_the_token_budget():
 
 def test_token_budget_gives_the_padded_update_with_less_padding(tiny_model_dir):
     groups = long_tail_groups(6, seed=3)
-    padded = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3, micro_batch_size=64))
-    packed = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3, micro_batch_size=64, micro_batch_tokens=128))
+    padded = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-3, micro_batch_size=64))
+    packed = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-3, micro_batch_size=64, micro_batch_tokens=128))
     prompt, response = groups[0].prompt_tokens, groups[0].samples[3].tokens
     assert packed.sequence_logprobs(prompt, response) == padded.sequence_logprobs(prompt, response)
     padded.accumulate(groups)

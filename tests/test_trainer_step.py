@@ -4,7 +4,9 @@ import math
 from types import SimpleNamespace
 
 import pytest
-from rl.trainer.worker import TrainerSpec, TrainerWorker
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.fsdp_engine import FSDPEngine
+from rl.trainer.worker import TrainerWorker
 
 from rl.types import Group, PromptRow, Sample
 
@@ -43,11 +45,11 @@ def test_positive_advantage_raises_and_negative_lowers_logprob(case):
 
 def test_nonfinite_loss_skips_the_step_and_keeps_weights(case):
     before = case.trainer.parameter_checksum()
-    version = case.trainer.version
+    version = case.trainer.engine.version
     metrics = case.trainer.train_step([group(case, [math.nan, 1.0])])
     assert metrics["skipped_nonfinite"] == 1
     assert case.trainer.parameter_checksum() == before
-    assert case.trainer.version == version + 1  # the step is counted, the update is not applied
+    assert case.trainer.engine.version == version + 1  # the step is counted, the update is not applied
 
 
 def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir):
@@ -55,8 +57,8 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir):
     from synthetic import make_groups
 
     groups = make_groups(4, seed=5)
-    plain = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3))
-    recompute = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3, gradient_checkpointing=True))
+    plain = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-3))
+    recompute = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-3, gradient_checkpointing=True))
     assert recompute.model.is_gradient_checkpointing and not plain.model.is_gradient_checkpointing
     a, b = plain.train_step(groups), recompute.train_step(groups)
     assert b["loss"] == pytest.approx(a["loss"], rel=1e-5) and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)

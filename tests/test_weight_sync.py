@@ -8,7 +8,8 @@ import ray
 from rl.rollout.vllm_adapter import SamplingSpec
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
-from rl.trainer.worker import TrainerSpec, TrainerWorker
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.worker import TrainerWorker
 
 from rl.types import Group, PromptRow
 

@@ -1,105 +1,29 @@
-"""The trainer worker: a Ray actor holding the HF policy in torch.
+"""The trainer worker: the Ray actor around one rank's ``TrainEngine`` (``trainer/engine.py``).
 
-One worker per device. Several workers train data-parallel with PyTorch's FSDP2 (``fully_shard`` on every
-decoder layer and the root; gloo on CPU, NCCL on GPU, where parameters compute in bf16 with fp32 master weights
-and fp32 reductions): each rank holds a shard of the parameters, gradients and AdamW state, computes on its share
-of the batch, and the gradients are summed (not averaged) across ranks by FSDP's reduce-scatter. The loss is
-normalized by the *global* loss units, so the summed gradient is exactly the token-mean gradient of the whole
-batch, whatever the split.
-
-Collectives: with several ranks, every forward gathers parameters from all of them, so the ranks run the same
-number of micro-batches per update (a rank with fewer runs idle ones that add zero gradient), and the calls that
-gather the full model (``weights_for_sync``, ``full_weights``, ``save``, ``load``, ``state_digest``,
-``sequence_logprobs``) are made on every rank in the same order; rank 0's result is the one that counts.
+It forms the data-parallel process group (gloo on CPU, NCCL on GPU) and turns the engine's whole weights into
+what the weight channel carries (safetensors bytes or a shared-memory file) or pushes them through vLLM's native
+transfer; every training call goes to the engine unchanged. With several ranks every call is made on every rank
+in the same order (the engine's gathers meet); rank 0's answer is the one that counts.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import os
 import socket
 import time
-from dataclasses import dataclass, field
 
 import torch
-from rl.kernels.token_entropy import token_entropy
-from rl.kernels.token_logprobs import token_logprobs
-from rl.trainer.batching import Row, TokenBatch, collate, cut_micro_batches, rows_of
+from rl.trainer.engine import TrainEngine, TrainerSpec, make_train_engine
 
-from rl import faults
-from rl.losses import MAX_STATS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
-from rl.off_policy import ess_lr_scale
 from rl.types import Group
 
 
-@dataclass(frozen=True)
-class Update:
-    """One optimizer update: its loss, gradient norm, whether it was skipped, its global loss-stat sums, and the
-    token positions this rank computed for it (padding included) and how many of them were real tokens."""
-
-    loss: float
-    grad_norm: float
-    skipped: bool
-    totals: dict[str, float]
-    positions: int
-    real: int
-
-
-def even_chunks(rows: list[Row], k: int) -> list[list[Row]]:
-    """``rows`` cut into ``k`` contiguous chunks whose sizes differ by at most one (some empty if ``k > len``)."""
-    base, extra = divmod(len(rows), k)
-    bounds = [0]
-    for i in range(k):
-        bounds.append(bounds[-1] + base + (i < extra))
-    return [rows[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
-
-
-def _left_pad(values: torch.Tensor, n: int) -> torch.Tensor:
-    """``values`` [B, L] preceded by ``n`` zero columns."""
-    return torch.nn.functional.pad(values, (n, 0)) if n else values
-
-
-@dataclass(frozen=True)
-class TrainerSpec:
-    model: str
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    loss: LossSpec = field(default_factory=LossSpec)
-    ess_lr_scaling: bool = False
-    micro_batch_size: int = 64
-    micro_batch_tokens: int | None = None  # padded-token budget per micro-batch (rows sorted by length); None: off
-    gradient_checkpointing: bool = False
-    mini_batches: int = 1  # optimizer updates per epoch over the batch (PPO mini-batches)
-    epochs: int = 1  # passes over the batch per train step (PPO epochs)
-    threads: int = 1
-    seed: int = 0
-
-
 class TrainerWorker:
-    def __init__(self, spec: TrainerSpec, rank: int = 0, world_size: int = 1) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    """One data-parallel rank: a process-group member holding a ``TrainEngine``."""
 
-        self.spec, self.rank, self.world_size = spec, rank, world_size
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        if self.device.type == "cpu":
-            torch.set_num_threads(spec.threads)
-        torch.manual_seed(spec.seed)
-        self.model = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)
-        self.model.config.use_cache = False
-        if spec.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.reference = None  # frozen initial policy, only when the loss has a KL term
-        if spec.loss.kl_coef > 0:
-            self.reference = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)
-            self.reference.eval().requires_grad_(False)
-        tok = AutoTokenizer.from_pretrained(spec.model)
-        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        self.optimizer = self._make_optimizer()
-        self.sharded = False  # FSDP2 over the data-parallel ranks (``join_process_group``)
-        self.version = 0
-        self._reset_accumulation()
+    def __init__(self, spec: TrainerSpec, rank: int = 0, world_size: int = 1) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.engine: TrainEngine = make_train_engine(spec, rank, world_size)
 
     def rendezvous_address(self) -> str:
         """A ``tcp://IP:PORT`` on this worker's node where the process group can meet (asked of rank 0)."""
@@ -111,254 +35,36 @@ class TrainerWorker:
         return f"tcp://{ray.util.get_node_ip_address()}:{port}"
 
     def join_process_group(self, init_method: str) -> None:
-        """Join the data-parallel group (gloo on CPU, NCCL on GPU); every rank calls it at once."""
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        """Join the data-parallel group (gloo on CPU, NCCL on GPU) and shard the engine; every rank calls it at once."""
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
         torch.distributed.init_process_group(
             backend, init_method=init_method, rank=self.rank, world_size=self.world_size
         )
-        self._shard()
-
-    def _make_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.model.parameters(), lr=self.spec.lr, weight_decay=self.spec.weight_decay)
-
-    def _shard(self) -> None:
-        """FSDP2 over the process group: each decoder layer (HF's ``_no_split_modules``), then the root, shards its
-        parameters; gradients are summed across ranks; the optimizer is rebuilt on the sharded parameters."""
-        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-
-        on_gpu = self.device.type == "cuda"
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if on_gpu else None
-        options = {"mp_policy": policy} if policy else {}
-        blocks = set(getattr(self.model, "_no_split_modules", None) or [])
-        for module in [m for m in self.model.modules() if type(m).__name__ in blocks]:
-            fully_shard(module, **options)
-        fully_shard(self.model, **options)
-        for module in self.model.modules():
-            if isinstance(module, FSDPModule):
-                module.set_force_sum_reduction_for_comms(True)  # sum, as the global-units normalisation expects
-        self.optimizer = self._make_optimizer()
-        self.sharded = True
-
-    def _agreed(self, count: int) -> int:
-        """The largest ``count`` over the ranks (every rank runs that many micro-batches)."""
-        if not self.sharded:
-            return count
-        value = torch.tensor([count], dtype=torch.int64)
-        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
-        return int(value.item())
-
-    def _idle_pass(self, backward: bool) -> None:
-        """One micro-batch's collectives without data: a 2-token forward (and a backward of zero gradient)."""
-        ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
-        with self._autocast():
-            logits = self.model(input_ids=ids, logits_to_keep=1).logits
-        if backward:
-            (logits.float().sum() * 0.0).backward()
-
-    def _autocast(self):
-        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
-
-    def _forward(self, model, batch: TokenBatch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Token log-probs ``[B, T-1]`` of the batch under ``model`` (and the per-position entropy if asked).
-
-        The LM head runs only from the first position that predicts a response token (HF ``logits_to_keep``):
-        prompt positions need hidden states, not a vocabulary projection. Earlier positions read 0; every loss
-        term is masked to response tokens, so they never count.
-        """
-        ids = batch.input_ids.to(self.device)
-        first = batch.first_target
-        with self._autocast():
-            out = model(
-                input_ids=ids,
-                attention_mask=batch.attention_mask.to(self.device),
-                logits_to_keep=ids.shape[1] - first,
-            )
-        logits = out.logits[:, :-1]
-        logprobs = token_logprobs(logits, ids[:, first + 1 :])
-        ent = token_entropy(logits) if entropy else None
-        return _left_pad(logprobs, first), None if ent is None else _left_pad(ent, first)
-
-    def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
-        return self._forward(self.model, batch)[0]
-
-    def _reset_accumulation(self) -> None:
-        self._stats = empty_stats()
-        self._units = 0.0
-        self._loss_sum = 0.0
-        self._busy = 0.0
-        self._positions = 0  # token positions computed, padding included
-        self._real = 0  # of which real (prompt or response) tokens
+        self.engine.shard()
 
     def accumulate(self, groups: list[Group]) -> float:
-        """Forward/backward on ``groups`` into the gradient buffers; no optimizer step. Returns the seconds spent.
-
-        The loss is summed, not averaged: ``finish_step`` divides the summed gradient by the global number of
-        loss units once every group of the step (on every rank) has been accumulated, so accumulating a batch
-        in any split gives the same update as one call with the whole batch.
-        """
-        return self._accumulate(self._micro_batches(rows_of(groups)))
-
-    def _micro_batches(self, rows: list[Row]) -> list[TokenBatch]:
-        cuts = cut_micro_batches(rows, self.spec.micro_batch_size, self.spec.micro_batch_tokens)
-        return [collate(cut, self.pad_id) for cut in cuts]
-
-    def _accumulate(self, batches: list[TokenBatch], proximal: list[torch.Tensor] | None = None) -> float:
-        """``accumulate`` on micro-batches; ``proximal`` (one tensor per micro-batch) pins the decoupled clip's anchor
-        to the policy before the step's first update, otherwise the current parameters are the proximal policy."""
-        t0 = time.monotonic()
-        self.model.train()
-        spec = self.spec.loss
-        nan_loss = faults.scheduled("nan_loss", self.version + 1)  # off unless the fault soak asks for it
-        idle = self._agreed(len(batches)) - len(batches)  # agreed before any gather, so the collectives line up
-        for i, batch in enumerate(batches):
-            logprobs, entropy = self._forward(self.model, batch, entropy=spec.entropy_coef > 0)
-            reference = None
-            if self.reference is not None:
-                with torch.no_grad():
-                    reference = self._forward(self.reference, batch)[0]
-            out = policy_loss(
-                logprobs,
-                batch.old_logprobs.to(self.device),
-                batch.advantages.to(self.device),
-                batch.response_mask.to(self.device),
-                spec,
-                proximal_logprobs=logprobs.detach() if proximal is None else proximal[i],
-                ref_logprobs=reference,
-                entropy=entropy,
-            )
-            loss = out.loss * math.nan if nan_loss else out.loss
-            loss.backward()
-            self._positions += batch.input_ids.numel()
-            self._real += int(batch.attention_mask.sum())
-            self._units += out.units
-            self._loss_sum += loss.item()
-            self._stats = merge_stats(self._stats, out.stats)
-        for _ in range(idle):
-            self._idle_pass(backward=True)
-        seconds = time.monotonic() - t0
-        self._busy += seconds
-        return seconds
+        return self.engine.accumulate(groups)
 
     def finish_step(self) -> dict[str, float]:
-        """Average the accumulated gradients over the global loss units, clip, step; returns the step's metrics."""
-        t0 = time.monotonic()
-        update = self._update()
-        self.version += 1
-        seconds = self._busy + time.monotonic() - t0
-        self._reset_accumulation()
-        return self._metrics([update], seconds, epochs=1)
+        return self.engine.finish_step()
 
     def train_step(self, groups: list[Group]) -> dict[str, float]:
-        """One training step on this rank's shard of the batch (every rank calls it together).
+        return self.engine.train_step(groups)
 
-        The shard's samples are cut into ``mini_batches`` contiguous chunks and each epoch makes one optimizer
-        update per chunk (PPO mini-batch epochs), so every rank makes the same number of updates; the weight
-        version advances once. With several updates the decoupled clip is anchored to the log-probs of the
-        policy before the first one (the proximal policy), computed once up front.
-        """
-        t0 = time.monotonic()
-        self.optimizer.zero_grad(set_to_none=False)
-        self._reset_accumulation()
-        # collated once: every epoch (and the proximal pass) sees the same micro-batches
-        chunks = [self._micro_batches(rows) for rows in even_chunks(rows_of(groups), self.spec.mini_batches)]
-        several = self.spec.mini_batches * self.spec.epochs > 1
-        proximal = [self._proximal(batches) for batches in chunks] if several and self.spec.loss.decoupled else None
-        updates = []
-        for _ in range(self.spec.epochs):
-            for c, batches in enumerate(chunks):
-                self._accumulate(batches, proximal[c] if proximal else None)
-                updates.append(self._update())
-                self._reset_accumulation()
-        self.version += 1
-        return self._metrics(updates, time.monotonic() - t0, epochs=self.spec.epochs)
-
-    @torch.no_grad()
-    def _proximal(self, batches: list[TokenBatch]) -> list[torch.Tensor]:
-        """The current policy's log-probs of each micro-batch (the step's proximal policy)."""
-        self.model.eval()
-        idle = self._agreed(len(batches)) - len(batches)
-        out = [self._logprobs(batch).float() for batch in batches]
-        for _ in range(idle):
-            self._idle_pass(backward=False)
-        return out
-
-    def _update(self) -> Update:
-        """One optimizer update from the accumulated gradients, divided by the global loss units."""
-        totals = self._global_totals()
-        units = totals.pop("units")
-        loss = totals.pop("loss_sum") / max(units, 1.0)
-        for p in self.model.parameters():
-            if p.grad is not None:
-                p.grad.div_(max(units, 1.0))
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.grad_clip)
-        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
-        stats = finalize_stats(totals)
-        scale = ess_lr_scale(stats["ess_ratio"]) if self.spec.ess_lr_scaling else 1.0
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.spec.lr * scale
-        skipped = not (math.isfinite(grad_norm) and math.isfinite(loss)) or units == 0
-        if not skipped:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=False)
-        return Update(loss, grad_norm, skipped, totals, self._positions, self._real)
-
-    def _metrics(self, updates: list[Update], seconds: float, epochs: int) -> dict[str, float]:
-        """A step's metrics: loss and grad norm averaged over its updates, loss stats over all of their tokens."""
-        totals = empty_stats()
-        for u in updates:
-            totals = merge_stats(totals, u.totals)
-        return {
-            "loss": sum(u.loss for u in updates) / len(updates),
-            "grad_norm": sum(u.grad_norm for u in updates) / len(updates),
-            "skipped_nonfinite": float(sum(u.skipped for u in updates)),
-            **finalize_stats(totals),
-            "tokens": totals["tokens"] / epochs,
-            "seconds": seconds,
-            "lr": self.optimizer.param_groups[0]["lr"],
-            "updates": float(len(updates)),
-            "pad_fraction": 1.0 - sum(u.real for u in updates) / max(sum(u.positions for u in updates), 1),
-        }
-
-    def _global_totals(self) -> dict[str, float]:
-        """This step's loss units, loss sum and stats, summed (max for ``MAX_STATS``) over all ranks."""
-        totals = {**self._stats, "units": self._units, "loss_sum": self._loss_sum}
-        if self.world_size == 1:
-            return totals
-        keys = sorted(totals)
-        summed = torch.tensor([0.0 if k in MAX_STATS else totals[k] for k in keys], dtype=torch.float64)
-        maxed = torch.tensor([totals[k] if k in MAX_STATS else -math.inf for k in keys], dtype=torch.float64)
-        torch.distributed.all_reduce(summed)
-        torch.distributed.all_reduce(maxed, op=torch.distributed.ReduceOp.MAX)
-        return {k: float(maxed[i] if k in MAX_STATS else summed[i]) for i, k in enumerate(keys)}
-
-    @torch.no_grad()
     def sequence_logprobs(self, prompt_tokens: list[int], response_tokens: list[int]) -> list[float]:
-        """The policy's log-probs of ``response_tokens`` after ``prompt_tokens`` (for checks and evals; with several
-        ranks every rank calls it with the same tokens)."""
-        self.model.eval()
-        batch = collate([(prompt_tokens, response_tokens, [0.0] * len(response_tokens), 0.0)], self.pad_id)
-        lp = self._logprobs(batch)[0]
-        start = len(prompt_tokens) - 1
-        return lp[start : start + len(response_tokens)].float().cpu().tolist()
+        return self.engine.sequence_logprobs(prompt_tokens, response_tokens)
 
     def full_weights(self) -> dict[str, torch.Tensor]:
-        """Every parameter, whole, in fp32 on the CPU, by HF name (tied weights appear once); rank 0 gets them,
-        other ranks an empty dict. Sharded, it gathers: every rank calls it."""
-        names = [n for n, _ in self.model.named_parameters()]
-        if not self.sharded:
-            return {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.model.named_parameters()}
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        return self.engine.full_weights()
 
-        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return {n: full[n].to(torch.float32).contiguous() for n in names if n in full}
+    def save(self, path: str) -> str:
+        return self.engine.save(path)
 
-    def _full_optimizer_state(self) -> dict:
-        """AdamW's state keyed by parameter name, whole (rank 0; gathers when sharded): one checkpoint format for
-        any number of ranks."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+    def load(self, path: str) -> int:
+        return self.engine.load(path)
 
-        options = StateDictOptions(full_state_dict=True, cpu_offload=self.sharded)
-        return get_optimizer_state_dict(self.model, self.optimizer, options=options)
+    def state_digest(self) -> str:
+        return self.engine.state_digest()
 
     def weights_for_sync(self, path: str | None = None) -> bytes | str | None:
         """HF-format named parameters in safetensors format (tied weights appear once): as bytes, or written to
@@ -366,7 +72,7 @@ class TrainerWorker:
         Rank 0 answers; other ranks take part in the gather and return None."""
         from safetensors.torch import save, save_file
 
-        named = self.full_weights()
+        named = self.engine.full_weights()
         if self.rank > 0:
             return None
         if path is None:
@@ -384,10 +90,10 @@ class TrainerWorker:
         """Rank 0: open vLLM's native weight transfer (``nccl`` / ``ipc``) to the rollout workers (GPU only)."""
         from rl.rollout.vllm_adapter import NativeWeightSender
 
-        if self.sharded:
+        if self.world_size > 1:
             raise ValueError("vLLM's native weight transfer sends whole parameters: it needs train.num_workers=1")
 
-        self.sender = NativeWeightSender(backend, self.model, rollout_handles)
+        self.sender = NativeWeightSender(backend, self.engine.model, rollout_handles)
 
     def send_native_weights(self) -> float:
         """Push the current parameters through the native transfer; returns the seconds it took."""
@@ -397,70 +103,7 @@ class TrainerWorker:
 
     def parameter_checksum(self) -> float:
         """Sum of all parameters (rank 0; every rank calls it when sharded)."""
-        return float(sum(t.double().sum() for t in self.full_weights().values()))
-
-    def save(self, path: str) -> str:
-        """Write an HF checkpoint (model + tokenizer) loadable by vLLM and transformers, plus what ``load`` needs
-        to continue exactly: optimizer state by parameter name, version and torch's RNG states
-        (``trainer_state.pt``). Sharded, every rank calls it and rank 0 writes: one format for any world size."""
-        from safetensors.torch import save_file
-        from transformers import AutoTokenizer
-
-        weights, optimizer = self.full_weights(), self._full_optimizer_state()
-        if self.rank > 0:
-            return path
-        os.makedirs(path, exist_ok=True)
-        self.model.config.save_pretrained(path)
-        save_file(weights, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
-        AutoTokenizer.from_pretrained(self.spec.model).save_pretrained(path)
-        rng = {
-            "cpu": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        }
-        torch.save(
-            {"optimizer": optimizer, "version": self.version, "rng": rng}, os.path.join(path, "trainer_state.pt")
-        )
-        return path
-
-    def load(self, path: str) -> int:
-        """Resume model, optimizer, version and RNG states from ``save``'s directory (every rank calls it, each
-        keeping its shard); returns the version."""
-        from safetensors.torch import load_file
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        state = load_file(os.path.join(path, "model.safetensors"))
-        missing = {n for n, _ in self.model.named_parameters()} - set(state)
-        if missing:
-            raise ValueError(f"{path}: the checkpoint lacks {sorted(missing)[:3]}")
-        options = StateDictOptions(full_state_dict=True, strict=False)
-        set_model_state_dict(self.model, state, options=options)
-        extra = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
-        set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=extra["optimizer"], options=options)
-        self.version = extra["version"]
-        torch.set_rng_state(extra["rng"]["cpu"])
-        if extra["rng"]["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(extra["rng"]["cuda"])
-        return self.version
-
-    def state_digest(self) -> str:
-        """SHA-256 over every parameter and AdamW state tensor, whole, by name: equal digests mean equal states
-        (rank 0; every rank calls it when sharded, others get "")."""
-        weights, optimizer = self.full_weights(), self._full_optimizer_state()
-        if self.rank > 0:
-            return ""
-        h = hashlib.sha256()
-        for name in sorted(weights):
-            h.update(name.encode())
-            h.update(weights[name].numpy().tobytes())
-        for name, state in sorted(optimizer["state"].items()):
-            for key, value in sorted(state.items()):
-                h.update(f"{name}.{key}".encode())
-                h.update(torch.as_tensor(value).detach().float().cpu().numpy().tobytes())
-        return h.hexdigest()
+        return float(sum(t.double().sum() for t in self.engine.full_weights().values()))
 
     def shutdown(self) -> None:
         if self.world_size > 1 and torch.distributed.is_initialized():

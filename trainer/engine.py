@@ -1,0 +1,120 @@
+"""The train-engine seam: what the trainer actor asks of a training backend, and the spec it is built from.
+
+``TrainEngine`` is the protocol ``TrainerWorker`` (the Ray actor, ``trainer/worker.py``) delegates to;
+``trainer/fsdp_engine.py`` implements it with PyTorch FSDP2. Another backend (Megatron, say) is one more file
+implementing it, chosen in ``make_train_engine``. ``TrainerSpec`` is plain data built from the run's config
+(``TrainerSpec.from_config``); its defaults are the config's, read from the config's fields (one source).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rl.config import AlgorithmConfig, RunConfig, TrainConfig
+from rl.losses import LossSpec
+from rl.types import Group
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _default(section: type, name: str) -> Any:
+    return section.model_fields[name].default
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """What a train engine is built from (plain data, so it can be sent to a Ray actor)."""
+
+    model: str
+    lr: float = _default(TrainConfig, "lr")
+    weight_decay: float = _default(TrainConfig, "weight_decay")
+    grad_clip: float = _default(TrainConfig, "grad_clip")
+    loss: LossSpec = field(default_factory=LossSpec)
+    ess_lr_scaling: bool = _default(AlgorithmConfig, "ess_lr_scaling")
+    micro_batch_size: int = _default(TrainConfig, "micro_batch_size")
+    micro_batch_tokens: int | None = _default(TrainConfig, "micro_batch_tokens")
+    gradient_checkpointing: bool = _default(TrainConfig, "gradient_checkpointing")
+    mini_batches: int = _default(TrainConfig, "mini_batches")  # optimizer updates per epoch over the batch
+    epochs: int = _default(TrainConfig, "ppo_epochs")  # passes over the batch per train step
+    threads: int = _default(TrainConfig, "threads")
+    seed: int = _default(RunConfig, "seed")
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, model_dir: str) -> TrainerSpec:
+        """The spec of a run's trainer: its ``train`` section, and its ``algorithm`` section's loss."""
+        t, a = cfg.train, cfg.algorithm
+        loss = LossSpec(
+            kind=a.loss,
+            clip_low=a.clip_low,
+            clip_high=a.clip_high,
+            agg=a.agg,
+            norm_len=a.norm_len or cfg.rollout.max_tokens,
+            kl_coef=a.kl_coef,
+            kl_estimator=a.kl_estimator,
+            entropy_coef=a.entropy_coef,
+            correction=a.correction,
+            correction_cap=a.correction_cap,
+            decoupled=a.decoupled,
+        )
+        return cls(
+            model=model_dir,
+            lr=t.lr,
+            weight_decay=t.weight_decay,
+            grad_clip=t.grad_clip,
+            loss=loss,
+            ess_lr_scaling=a.ess_lr_scaling,
+            micro_batch_size=t.micro_batch_size,
+            micro_batch_tokens=t.micro_batch_tokens,
+            gradient_checkpointing=t.gradient_checkpointing,
+            mini_batches=t.mini_batches,
+            epochs=t.ppo_epochs,
+            threads=t.threads,
+            seed=cfg.seed,
+        )
+
+
+class TrainEngine(Protocol):
+    """One rank of the policy's training: gradient steps on its share of each batch, the weights whole on demand.
+
+    With several ranks every method is called on every rank in the same order (they may gather); rank 0's answer
+    is the one that counts, other ranks return empty values where noted.
+    """
+
+    version: int  # optimizer steps taken (the policy version the weights are)
+    model: torch.nn.Module  # the policy with HF parameter names (vLLM's native weight transfer reads it)
+
+    def shard(self) -> None:
+        """Spread over the data-parallel ranks of the (initialized) default process group."""
+
+    def accumulate(self, groups: list[Group]) -> float:
+        """Forward/backward into the gradient buffers, no update; the seconds spent."""
+
+    def finish_step(self) -> dict[str, float]:
+        """One update from everything accumulated since the last step; the step's metrics."""
+
+    def train_step(self, groups: list[Group]) -> dict[str, float]:
+        """A whole step on this rank's share of the batch; the step's metrics."""
+
+    def sequence_logprobs(self, prompt_tokens: list[int], response_tokens: list[int]) -> list[float]:
+        """The policy's log-probs of ``response_tokens`` after ``prompt_tokens``."""
+
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """Every parameter whole, fp32 on the CPU, by HF name (rank 0; others get {})."""
+
+    def save(self, path: str) -> str:
+        """An HF checkpoint plus the state an exact continuation needs (rank 0 writes)."""
+
+    def load(self, path: str) -> int:
+        """Resume from ``save``'s directory; the version."""
+
+    def state_digest(self) -> str:
+        """A hash of every parameter and optimizer state tensor (rank 0; others get "")."""
+
+
+def make_train_engine(spec: TrainerSpec, rank: int = 0, world_size: int = 1) -> TrainEngine:
+    """The engine for one rank (FSDP2: the one backend today)."""
+    from rl.trainer.fsdp_engine import FSDPEngine
+
+    return FSDPEngine(spec, rank, world_size)
