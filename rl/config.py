@@ -157,6 +157,18 @@ class ShapingConfig(Strict):
         return self.scorer in MODEL_SCORERS
 
 
+class LoraConfig(Strict):
+    """Low-rank adapters (PEFT LoRA) on the policy: only the adapters train; the engines get merged weights."""
+
+    rank: int = Field(default=16, ge=1, description="adapter rank r")
+    alpha: float = Field(default=32.0, gt=0, description="adapter scale numerator: the update is (alpha / r) B A")
+    target_modules: list[str] = Field(
+        default=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1,
+        description="names of the linear layers that get adapters",
+    )
+
+
 class TrainConfig(Strict):
     max_steps: int = Field(default=40, ge=1)
     batch_groups: int = Field(default=16, ge=1)  # groups (prompts) per optimizer step
@@ -167,6 +179,19 @@ class TrainConfig(Strict):
         default="tokens",
         description="how a step's batch is split over data-parallel ranks: tokens: samples balanced by token count "
         "(Karmarkar-Karp, rl/balance.py); groups: whole groups round robin",
+    )
+    lora: LoraConfig | None = Field(
+        default=None,
+        description="train low-rank adapters instead of every weight (train.lora.rank=16 turns it on); the "
+        "engines receive the merged weights (serving adapters through vLLM's LoRA support is not built); None: "
+        "full fine-tuning",
+    )
+    fsdp_keep_gathered: bool = Field(
+        default=False,
+        description="data-parallel ranks keep parameters gathered and gradients local across an update's "
+        "micro-batches: one gather and one reduce-scatter per update instead of per micro-batch, so ranks wait "
+        "for each other once (at the update's end) rather than at every micro-batch; costs full parameters and "
+        "gradients on every rank during the step (ZeRO-2-like); false: ZeRO-3, gathered per micro-batch",
     )
     lr: float = Field(default=1e-3, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
@@ -308,6 +333,11 @@ class RunConfig(Strict):
             raise ValueError(
                 f"weight_sync.transport={self.weight_sync.transport} sends whole parameters from one rank; with "
                 "train.num_workers > 1 (sharded weights) use transport=cpu"
+            )
+        if self.train.lora is not None and (self.train.num_workers > 1 or self.weight_sync.transport != "cpu"):
+            raise ValueError(
+                "train.lora trains on one rank and syncs merged weights: it needs train.num_workers=1 and "
+                "weight_sync.transport=cpu"
             )
         if self.train.periodic_async and self.train.max_staleness != 0:
             raise ValueError("train.periodic_async needs train.max_staleness=0 (it is an on-policy mode)")

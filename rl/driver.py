@@ -422,7 +422,7 @@ class Driver:
                 "rollout_errors": self.counters.rollout_errors,
                 "zero_variance_dropped": float(self.zero_variance_this_step),
                 "trainer_tokens_per_s": batch_stats["kept_tokens"] / max(busy, 1e-9),
-                "idle_pass_s": sum(r["idle_pass_s"] for r in results),  # data-parallel ranks waiting for a straggler
+                "dp_wait_s": sum(r["dp_wait_s"] for r in results),  # data-parallel ranks waiting for a straggler
                 "prompt_ids": [g.prompt.prompt_id for g in groups],  # what this step trained on
             }
             self.zero_variance_this_step = 0

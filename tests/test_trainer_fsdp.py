@@ -66,11 +66,14 @@ def _assert_same_update(full: dict, expected: dict, before: dict, noise: dict, l
     assert len(moved) > 0.9 * len(expected)  # the step really moved the weights
 
 
+@pytest.mark.parametrize("keep_gathered", [False, True])
 @pytest.mark.parametrize(
     ("split", "mini_batches"), [("interleaved", 1), ("one-rank-empty", 1), ("uneven", 2), ("token-balanced", 1)]
 )
-def test_two_fsdp_ranks_make_the_update_of_one_rank(ray_session, tiny_model_dir, split, mini_batches):
-    spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=3, mini_batches=mini_batches)
+def test_two_fsdp_ranks_make_the_update_of_one_rank(ray_session, tiny_model_dir, split, mini_batches, keep_gathered):
+    spec = TrainerSpec(
+        model=tiny_model_dir, lr=1e-2, micro_batch_size=3, mini_batches=mini_batches, keep_gathered=keep_gathered
+    )
     groups = make_groups(6)
     single = FSDPEngine(spec)
     initial = {n: t.clone() for n, t in single.full_weights().items()}  # the live tensors on one CPU rank

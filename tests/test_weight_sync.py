@@ -11,6 +11,7 @@ from rl.shaping.policy import GroupPlan
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
 
+from rl.config import LoraConfig
 from rl.types import Group, PromptRow
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
@@ -31,9 +32,11 @@ def mean_abs_gap(trainer: TrainerWorker, samples, prompt: list[int]) -> float:
     return float(np.mean(gaps))
 
 
-def test_sync_makes_engine_logprobs_match_trainer(rollout_worker, tiny_model_dir, encode):
+@pytest.mark.parametrize("lora", [None, LoraConfig(rank=4)], ids=["full", "lora"])
+def test_sync_makes_engine_logprobs_match_trainer(rollout_worker, tiny_model_dir, encode, lora):
+    """Full fine-tuning, and LoRA (adapters trained, the engine gets the merged weights)."""
     prompt = encode(PROMPT_TEXT)
-    trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=5e-2))
+    trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=5e-2, lora=lora))
     # move the trainer away from the engine's weights with one real GRPO step
     samples = sample_once(rollout_worker, "ws-0", prompt)
     group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[1.0, -1.0])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rl.config import AlgorithmConfig, RunConfig, TrainConfig
+from rl.config import AlgorithmConfig, LoraConfig, RunConfig, TrainConfig
 from rl.losses import LossSpec
 from rl.types import Group
 
@@ -39,6 +39,8 @@ class TrainerSpec:
     mini_batches: int = _default(TrainConfig, "mini_batches")  # optimizer updates per epoch over the batch
     epochs: int = _default(TrainConfig, "ppo_epochs")  # passes over the batch per train step
     threads: int = _default(TrainConfig, "threads")
+    keep_gathered: bool = _default(TrainConfig, "fsdp_keep_gathered")
+    lora: LoraConfig | None = _default(TrainConfig, "lora")
     seed: int = _default(RunConfig, "seed")
 
     @classmethod
@@ -71,6 +73,8 @@ class TrainerSpec:
             mini_batches=t.mini_batches,
             epochs=t.ppo_epochs,
             threads=t.threads,
+            keep_gathered=t.fsdp_keep_gathered,
+            lora=t.lora,
             seed=cfg.seed,
         )
 

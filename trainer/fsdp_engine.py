@@ -28,6 +28,7 @@ from rl.trainer.batching import Row, TokenBatch, collate, cut_micro_batches, row
 from rl.trainer.engine import TrainerSpec
 
 from rl import faults
+from rl.config import LoraConfig
 from rl.losses import MAX_STATS, empty_stats, finalize_stats, merge_stats, policy_loss
 from rl.off_policy import ess_lr_scale
 from rl.types import Group
@@ -60,6 +61,37 @@ def _left_pad(values: torch.Tensor, n: int) -> torch.Tensor:
     return torch.nn.functional.pad(values, (n, 0)) if n else values
 
 
+ADAPTER_FILE = "adapter.safetensors"  # a LoRA checkpoint's trained tensors, by the engine's parameter names
+
+
+def _with_adapters(model: torch.nn.Module, lora: LoraConfig) -> torch.nn.Module:
+    """``model`` with PEFT LoRA adapters on ``lora.target_modules``; only the adapters require gradients (B starts
+    at zero, so the policy starts unchanged)."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    config = PeftLoraConfig(r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.target_modules))
+    return get_peft_model(model, config)
+
+
+@torch.no_grad()
+def _merged_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A LoRA model's weights by the base model's HF names, each adapted layer's weight plus its (alpha / r) B A."""
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    merged = {
+        name.replace(".base_layer", ""): p.detach().to("cpu", torch.float32).clone()
+        for name, p in base.named_parameters()
+        if "lora_" not in name
+    }
+    for name, module in base.named_modules():
+        if isinstance(module, LoraLayer):
+            for adapter in module.active_adapters:
+                merged[f"{name}.weight"] += module.get_delta_weight(adapter).to("cpu", torch.float32)
+    return merged
+
+
 class FSDPEngine:
     """``TrainEngine`` on PyTorch: one rank, or FSDP2 over the data-parallel ranks once ``shard`` is called."""
 
@@ -73,6 +105,8 @@ class FSDPEngine:
         torch.manual_seed(spec.seed)
         self.model = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)
         self.model.config.use_cache = False
+        if spec.lora is not None:
+            self.model = _with_adapters(self.model, spec.lora)
         if spec.gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.reference = None  # frozen initial policy, only when the loss has a KL term
@@ -84,11 +118,12 @@ class FSDPEngine:
         self.optimizer = self._make_optimizer()
         self.sharded = False  # FSDP2 over the data-parallel ranks (``shard``)
         self.version = 0
-        self._idle = 0.0  # this step's seconds in idle micro-batches (``_idle_passes``)
+        self._waited = 0.0  # this step's seconds waiting for other ranks (``dp_wait_s``)
         self._reset_accumulation()
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.model.parameters(), lr=self.spec.lr, weight_decay=self.spec.weight_decay)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]  # with LoRA: the adapters only
+        return torch.optim.AdamW(trainable, lr=self.spec.lr, weight_decay=self.spec.weight_decay)
 
     def shard(self) -> None:
         """FSDP2 over the (initialized) process group: each decoder layer (HF's ``_no_split_modules``), then the
@@ -102,11 +137,45 @@ class FSDPEngine:
         for module in [m for m in self.model.modules() if type(m).__name__ in blocks]:
             fully_shard(module, **options)
         fully_shard(self.model, **options)
-        for module in self.model.modules():
-            if isinstance(module, FSDPModule):
-                module.set_force_sum_reduction_for_comms(True)  # sum, as the global-units normalisation expects
+        self.fsdp_modules = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
+        for module in self.fsdp_modules:
+            module.set_force_sum_reduction_for_comms(True)  # sum, as the global-units normalisation expects
+            if self.spec.keep_gathered:  # gathered at an update's first forward, resharded before its step
+                module.set_reshard_after_forward(False, recurse=False)
+                module.set_reshard_after_backward(False, recurse=False)
         self.optimizer = self._make_optimizer()
         self.sharded = True
+
+    @property
+    def keeps_gathered(self) -> bool:
+        """Sharded with ``keep_gathered``: a step's micro-batches run on local gathered parameters and gradients,
+        with collectives only at an update's first forward and its last backward."""
+        return self.sharded and self.spec.keep_gathered
+
+    def _idle_count(self, real: int) -> int:
+        """Idle micro-batches this rank runs so the ranks' collectives meet: up to the most micro-batches of any
+        rank (agreed before any gather), or, keeping parameters gathered, one when it has none."""
+        if self.keeps_gathered:
+            return 0 if real else 1
+        return self._agreed(real) - real
+
+    def _before_backward(self, last: bool) -> None:
+        """Keeping parameters gathered: gradients stay local until the update's last backward, which waits for
+        every rank at a barrier (the wait is counted) and then reduce-scatters the summed gradients."""
+        if not self.keeps_gathered:
+            return
+        self.model.set_requires_gradient_sync(last)
+        if last:
+            t0 = time.monotonic()
+            torch.distributed.barrier()
+            self._waited += time.monotonic() - t0
+
+    def _reshard(self) -> None:
+        """Keeping parameters gathered: free the gathered copies (before an optimizer step or a state change, so
+        the next forward gathers the new values)."""
+        if self.keeps_gathered:
+            for module in self.fsdp_modules:
+                module.reshard()
 
     def _agreed(self, count: int) -> int:
         """The largest ``count`` over the ranks (every rank runs that many micro-batches)."""
@@ -119,16 +188,17 @@ class FSDPEngine:
     def _idle_passes(self, count: int, backward: bool) -> None:
         """``count`` micro-batches' collectives without data: 2-token forwards (and backwards of zero gradient).
 
-        A rank with fewer micro-batches than another waits in these for the other's gathers; their time is the
-        step's ``idle_pass_s`` (the straggler wait that length balancing removes)."""
+        A rank with fewer micro-batches than another waits in these for the other's gathers; their time counts in
+        the step's ``dp_wait_s`` (the straggler wait that length balancing removes)."""
         t0 = time.monotonic()
         ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
         for _ in range(count):
             with self._autocast():
                 logits = self.model(input_ids=ids, logits_to_keep=1).logits
             if backward:
+                self._before_backward(last=True)
                 (logits.float().sum() * 0.0).backward()
-        self._idle += time.monotonic() - t0
+        self._waited += time.monotonic() - t0
 
     def _autocast(self):
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
@@ -184,7 +254,7 @@ class FSDPEngine:
         self.model.train()
         spec = self.spec.loss
         nan_loss = faults.scheduled("nan_loss", self.version + 1)  # off unless the fault soak asks for it
-        idle = self._agreed(len(batches)) - len(batches)  # agreed before any gather, so the collectives line up
+        idle = self._idle_count(len(batches))  # before any gather, so the collectives line up
         for i, batch in enumerate(batches):
             logprobs, entropy = self._forward(self.model, batch, entropy=spec.entropy_coef > 0)
             reference = None
@@ -202,6 +272,7 @@ class FSDPEngine:
                 entropy=entropy,
             )
             loss = out.loss * math.nan if nan_loss else out.loss
+            self._before_backward(last=i == len(batches) - 1)
             loss.backward()
             self._positions += batch.input_ids.numel()
             self._real += int(batch.attention_mask.sum())
@@ -221,7 +292,7 @@ class FSDPEngine:
         seconds = self._busy + time.monotonic() - t0
         self._reset_accumulation()
         metrics = self._metrics([update], seconds, epochs=1)
-        self._idle = 0.0
+        self._waited = 0.0
         return metrics
 
     def train_step(self, groups: list[Group]) -> dict[str, float]:
@@ -235,7 +306,7 @@ class FSDPEngine:
         t0 = time.monotonic()
         self.optimizer.zero_grad(set_to_none=False)
         self._reset_accumulation()
-        self._idle = 0.0
+        self._waited = 0.0
         # collated once: every epoch (and the proximal pass) sees the same micro-batches
         chunks = [self._micro_batches(rows) for rows in even_chunks(rows_of(groups), self.spec.mini_batches)]
         several = self.spec.mini_batches * self.spec.epochs > 1
@@ -253,13 +324,14 @@ class FSDPEngine:
     def _proximal(self, batches: list[TokenBatch]) -> list[torch.Tensor]:
         """The current policy's log-probs of each micro-batch (the step's proximal policy)."""
         self.model.eval()
-        idle = self._agreed(len(batches)) - len(batches)
+        idle = self._idle_count(len(batches))
         out = [self._logprobs(batch).float() for batch in batches]
         self._idle_passes(idle, backward=False)
         return out
 
     def _update(self) -> Update:
         """One optimizer update from the accumulated gradients, divided by the global loss units."""
+        self._reshard()
         totals = self._global_totals()
         units = totals.pop("units")
         loss = totals.pop("loss_sum") / max(units, 1.0)
@@ -293,7 +365,7 @@ class FSDPEngine:
             "lr": self.optimizer.param_groups[0]["lr"],
             "updates": float(len(updates)),
             "pad_fraction": 1.0 - sum(u.real for u in updates) / max(sum(u.positions for u in updates), 1),
-            "idle_pass_s": self._idle,
+            "dp_wait_s": self._waited,
         }
 
     def _global_totals(self) -> dict[str, float]:
@@ -315,12 +387,15 @@ class FSDPEngine:
         self.model.eval()
         batch = collate([(prompt_tokens, response_tokens, [0.0] * len(response_tokens), 0.0)], self.pad_id)
         lp = self._logprobs(batch)[0]
+        self._reshard()
         start = len(prompt_tokens) - 1
         return lp[start : start + len(response_tokens)].float().cpu().tolist()
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """Every parameter, whole, in fp32 on the CPU, by HF name (tied weights appear once); rank 0 gets them,
         other ranks an empty dict. Sharded, it gathers: every rank calls it."""
+        if self.spec.lora is not None:
+            return _merged_weights(self.model)
         names = [n for n, _ in self.model.named_parameters()]
         if not self.sharded:
             return {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.model.named_parameters()}
@@ -350,6 +425,9 @@ class FSDPEngine:
         os.makedirs(path, exist_ok=True)
         self.model.config.save_pretrained(path)
         save_file(weights, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+        if self.spec.lora is not None:  # the merged model above is for rl eval; training continues from these
+            adapters = {n: p.detach().cpu().contiguous() for n, p in self.model.named_parameters() if p.requires_grad}
+            save_file(adapters, os.path.join(path, ADAPTER_FILE))
         AutoTokenizer.from_pretrained(self.spec.model).save_pretrained(path)
         rng = {
             "cpu": torch.get_rng_state(),
@@ -362,7 +440,7 @@ class FSDPEngine:
 
     def load(self, path: str) -> int:
         """Resume model, optimizer, version and RNG states from ``save``'s directory (every rank calls it, each
-        keeping its shard); returns the version."""
+        keeping its shard; with LoRA the adapters, the base weights being the spec's model); returns the version."""
         from safetensors.torch import load_file
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
@@ -370,8 +448,8 @@ class FSDPEngine:
             set_optimizer_state_dict,
         )
 
-        state = load_file(os.path.join(path, "model.safetensors"))
-        missing = {n for n, _ in self.model.named_parameters()} - set(state)
+        state = load_file(os.path.join(path, ADAPTER_FILE if self.spec.lora is not None else "model.safetensors"))
+        missing = {n for n, p in self.model.named_parameters() if p.requires_grad} - set(state)
         if missing:
             raise ValueError(f"{path}: the checkpoint lacks {sorted(missing)[:3]}")
         options = StateDictOptions(full_state_dict=True, strict=False)

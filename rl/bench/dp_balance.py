@@ -4,8 +4,8 @@ A recipe's trainer (its model, loss, micro-batching) runs as ``train.num_workers
 on the same synthetic batch in both modes, in alternating order: ``groups`` prompts of ``group_size`` samples
 whose response lengths follow a long tail (log-normal, capped at ``max_len``), as reasoning batches do. Per mode
 it reports (after one warm-up step) the step time, each rank's tokens, the rank imbalance (largest over mean
-tokens) and the straggler wait: the seconds the lighter ranks spent in idle micro-batches waiting for the
-heaviest one's collectives.
+tokens) and the straggler wait: the seconds the lighter ranks waited for the heaviest (in idle micro-batches,
+or at the barrier before the gradient reduce-scatter with ``train.fsdp_keep_gathered=true``).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _step(trainers: list, shards: list[list[Group]]) -> dict[str, Any]:
         "step_s": time.monotonic() - t0,
         "rank_tokens": shard_tokens(shards),
         "rank_s": [m["seconds"] for m in metrics],
-        "straggler_wait_s": sum(m["idle_pass_s"] for m in metrics),
+        "straggler_wait_s": sum(m["dp_wait_s"] for m in metrics),
     }
 
 
