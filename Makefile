@@ -21,7 +21,7 @@ demo: install
 	$(VENV)/bin/rl train arith_tiny
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
