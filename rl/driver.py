@@ -585,10 +585,9 @@ class Driver:
     async def _evaluate(self, tag: str) -> dict[str, float]:
         metrics = await evaluate(self.test_rows, self.live, self.encoder, self.rewards, self.eval_sampling, tag)
         self.logger.log(self.version, metrics, kind="eval")
-        print(
+        tqdm.write(  # above the training bar, which a print would break
             f"[eval {tag}] step {self.version}: held-out accuracy {metrics['accuracy']:.3f} "
-            f"({int(metrics['num_problems'])} problems)",
-            flush=True,
+            f"({int(metrics['num_problems'])} problems)"
         )
         return metrics
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 import time
 from collections import Counter
 from pathlib import Path
@@ -11,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rl.types import Group
+
+log = logging.getLogger("rl.metrics")
 
 if TYPE_CHECKING:
     from rl.config import WandbConfig
@@ -123,14 +127,35 @@ class MetricsLogger:
             self._wandb.close()
 
 
-def _records_through(path: Path, step: int) -> list[dict]:
-    """The records of ``path`` up to ``step``, summaries left out (none if the file does not exist)."""
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:  # the last line of a run killed while writing it
+def number(record: dict, key: str) -> float | None:
+    """``record[key]`` as a finite float, or None when absent or not a finite number."""
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def read_records(path: Path) -> tuple[list[dict], int]:
+    """Parsed JSON objects of a JSONL file and the count of unreadable lines (e.g. a partial last line)."""
+    records, bad = [], 0
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
             continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            log.warning("%s:%d: unreadable line skipped", path, lineno)
+            continue
+        if isinstance(record, dict) and number(record, "step") is not None:
+            records.append(record)
+        else:
+            bad += 1
+    return records, bad
+
+
+def _records_through(path: Path, step: int) -> list[dict]:
+    """The records of ``path`` up to ``step``, summaries left out."""
+    records = read_records(path)[0] if path.exists() else []
     return [r for r in records if r.get("step", 0) <= step and r.get("kind") != "summary"]

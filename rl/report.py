@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +9,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-log = logging.getLogger(__name__)
+from rl.metrics import number, read_records
 
 LINESTYLES = ("-", "--", ":")
 
@@ -97,15 +95,6 @@ class RunMetrics:
     bad_lines: int = 0
 
 
-def number(record: dict, key: str) -> float | None:
-    """``record[key]`` as a finite float, or None when absent or not a finite number."""
-    value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
     """(steps, values) of ``key`` over the records that have it."""
     steps, values = [], []
@@ -121,25 +110,6 @@ def mean(records: list[dict], key: str) -> float | None:
     """Mean of ``key`` over the records that have it, or None."""
     _, values = series(records, key)
     return sum(values) / len(values) if values else None
-
-
-def read_records(path: Path) -> tuple[list[dict], int]:
-    """Parsed JSON objects of a JSONL file and the count of unreadable lines (e.g. a partial last line)."""
-    records, bad = [], 0
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            log.warning("%s:%d: unreadable line skipped", path, lineno)
-            continue
-        if isinstance(record, dict) and number(record, "step") is not None:
-            records.append(record)
-        else:
-            bad += 1
-    return records, bad
 
 
 def split_runs(records: list[dict]) -> list[list[dict]]:

@@ -15,6 +15,7 @@ from small_runs import small_run
 
 from rl import checkpoint
 from rl.data.stream import PromptStream
+from rl.metrics import read_records
 from rl.preflight import preflight
 from rl.processes import alive, kill_tree, wait_for
 
@@ -36,15 +37,7 @@ RUN = [
 
 def _train_steps(run_dir: Path) -> list[dict]:
     path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return [r for r in records if r["kind"] == "train"]
+    return [r for r in read_records(path)[0] if r["kind"] == "train"] if path.exists() else []
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
