@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rl.data.arith import ArithConfig
+from rl.shaping import defaults as shaping_defaults
 
 
 class Strict(BaseModel):
@@ -87,12 +88,12 @@ MODEL_SCORERS = ("lm-confidence", "reward-model")  # served by a separate scorer
 class ShapingConfig(Strict):
     policy: Literal["plain", "darts", "sart", "darts+sart"] = "plain"
     m_keep: int = Field(default=8, ge=2)
-    avg_redundancy: float = Field(default=1.5, ge=1.0)
+    avg_redundancy: float = Field(default=shaping_defaults.AVG_REDUNDANCY, ge=1.0)
     max_redundancy: float = Field(default=2.0, ge=1.0)
     # DARTS's per-prompt floor, x M: 1.0 is the paper's M_low = M (a low-variance prompt may get no spare sample,
     # so it cannot stop early); DARTS's released streaming trainer uses 10 of M = 8, i.e. 1.25
     min_redundancy: float = Field(default=1.0, ge=1.0)
-    long_slots: int = Field(default=1, ge=0)
+    long_slots: int = Field(default=shaping_defaults.LONG_SLOTS, ge=0)
     # DARTS policies: long slots close once a running sample passes long_wait x the K-th short sample's length
     # (keeping the longest finished by then); None waits for the group's last sample, as DARTS does
     long_wait: float | None = Field(default=None, ge=1.0)
@@ -100,14 +101,14 @@ class ShapingConfig(Strict):
     # rollout side idles about this fraction of a step (spares where the trainer is the bottleneck, none where the
     # rollout side is); None keeps avg_redundancy fixed
     idle_target: float | None = Field(default=None, ge=0, lt=1)
-    warmup_steps: int = Field(default=0, ge=0)
-    alpha: float = 0.3
-    beta: int = Field(default=2, ge=0)
+    warmup_steps: int = Field(default=shaping_defaults.WARMUP_STEPS, ge=0)
+    alpha: float = shaping_defaults.PRUNE_ALPHA
+    beta: int = Field(default=shaping_defaults.PRUNE_BETA, ge=0)
     progress_every_s: float = Field(default=0.5, gt=0)  # how often SART (or long_wait) looks at running samples
     # vLLM request priority from the TIE score of the prompt's length model (DARTS policies only):
     # longest_first shortens the batch's makespan, shortest_first its mean latency
     priority: Literal["none", "longest_first", "shortest_first"] = "none"
-    tie_beta: float = Field(default=0.1, ge=0, le=1)  # TIE's tail weight
+    tie_beta: float = Field(default=shaping_defaults.TIE_BETA, ge=0, le=1)  # TIE's tail weight
     # SART's scorer: the built-in repetition heuristic, a model in a scorer worker (lm-confidence: mean token
     # log-prob of the partial response; reward-model: a one-label sequence-classification reward model), or none
     # (early stop only). alpha is on the scorer's scale: repetition in [0, 1], lm-confidence <= 0, a RM's logit

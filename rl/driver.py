@@ -36,7 +36,7 @@ from rl.preflight import RunInputs, preflight
 from rl.rewards.pool import RewardPool
 from rl.rollout.scorer_worker import ScorerClient
 from rl.rollout.vllm_adapter import SamplingSpec
-from rl.shaping.factory import make_policy
+from rl.shaping.factory import make_policy, shaping_options
 from rl.shaping.idle_governor import IdleGovernor
 from rl.types import Group, PromptRow
 from rl.weight_channel import make_weight_channel
@@ -597,29 +597,6 @@ def assign_advantages(estimator: str, groups: list[Group]) -> None:
     values = compute_advantages(estimator, [[s.reward for s in g.samples] for g in groups])
     for group, advantages in zip(groups, values, strict=True):
         group.advantages = advantages
-
-
-def shaping_options(cfg: RunConfig) -> dict[str, Any]:
-    """Constructor options for ``make_policy`` from a run config (shared by training and the rollout bench)."""
-    s = cfg.shaping
-    options: dict[str, Any] = {"m_keep": s.m_keep}
-    if s.policy in ("darts", "darts+sart"):
-        options.update(
-            avg_redundancy=s.avg_redundancy,
-            n_min=round(s.min_redundancy * s.m_keep),
-            n_max=round(s.max_redundancy * s.m_keep),
-            long_slots=s.long_slots,
-            warmup_steps=s.warmup_steps,
-            max_tokens=cfg.rollout.max_tokens,
-            priority=s.priority,
-            tie_beta=s.tie_beta,
-            long_wait=s.long_wait,
-        )
-    if s.policy in ("sart", "darts+sart"):
-        options.update(alpha=s.alpha, beta=s.beta, scorer="external" if s.scorer_worker else s.scorer)
-    if s.policy == "sart":
-        options["redundancy"] = s.avg_redundancy
-    return options
 
 
 def run_training(cfg: RunConfig, inputs: RunInputs | None = None, resume: Path | None = None) -> dict[str, Any]:

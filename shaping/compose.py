@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rl.shaping import defaults
 from rl.shaping.darts import DartsPolicy
 from rl.shaping.policy import GroupPlan
 from rl.shaping.sart import SartController
@@ -16,7 +17,9 @@ class DartsSartPolicy:
     deadline, when set, is checked on the same progress reports.
     """
 
-    def __init__(self, darts: DartsPolicy, scorer: Scorer, alpha: float = 0.5, beta: int = 2) -> None:
+    def __init__(
+        self, darts: DartsPolicy, scorer: Scorer, alpha: float = defaults.PRUNE_ALPHA, beta: int = defaults.PRUNE_BETA
+    ) -> None:
         self.darts = darts
         self.scorer = scorer
         self.alpha = alpha

@@ -33,6 +33,7 @@ import math
 from collections.abc import Iterable
 from typing import Literal
 
+from rl.shaping import defaults
 from rl.shaping.allocation import allocate, total_budget, uniform
 from rl.shaping.length_stats import LengthStats
 from rl.shaping.policy import Decision, FinishedSample, GroupPlan, RunningSample
@@ -185,15 +186,15 @@ class DartsPolicy:
     def __init__(
         self,
         m_keep: int,
-        avg_redundancy: float = 1.5,
+        avg_redundancy: float = defaults.AVG_REDUNDANCY,
         n_min: int | None = None,
         n_max: int | None = None,
-        long_slots: int = 1,
-        warmup_steps: int = 10,
+        long_slots: int = defaults.LONG_SLOTS,
+        warmup_steps: int = defaults.WARMUP_STEPS,
         ema_alpha: float = 0.3,
         priority: PriorityOrder = "none",
         max_tokens: int | None = None,
-        tie_beta: float = 0.1,
+        tie_beta: float = defaults.TIE_BETA,
         long_wait: float | None = None,
     ) -> None:
         self.m_keep = m_keep

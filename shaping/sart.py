@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from rl.shaping import defaults
 from rl.shaping.darts import DartsController
 from rl.shaping.policy import Decision, FinishedSample, GroupPlan, RunningSample
 from rl.shaping.scorers import Scorer
@@ -100,10 +101,10 @@ class SartPolicy:
     def __init__(
         self,
         m_keep: int,
-        redundancy: float = 1.5,
+        redundancy: float = defaults.AVG_REDUNDANCY,
         scorer: Scorer | None = None,
-        alpha: float = 0.5,
-        beta: int = 2,
+        alpha: float = defaults.PRUNE_ALPHA,
+        beta: int = defaults.PRUNE_BETA,
     ) -> None:
         self.m_keep = m_keep
         self.n_launch = max(m_keep, math.floor(redundancy * m_keep + 0.5))

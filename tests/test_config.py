@@ -54,9 +54,7 @@ def test_which_policies_watch_running_samples():
 
 
 def test_darts_budget_bounds_reach_the_policy():
-    from rl.shaping.factory import make_policy
-
-    from rl.driver import shaping_options
+    from rl.shaping.factory import make_policy, shaping_options
 
     cfg = load_config(recipe_path("arith_tiny"), ["shaping.policy=darts", "shaping.min_redundancy=1.25"])
     options = shaping_options(cfg)

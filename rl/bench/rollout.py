@@ -174,7 +174,7 @@ def mode_shaping(cfg: RolloutBenchConfig, mode: str) -> ShapingConfig:
 
 def policy_options(cfg: RolloutBenchConfig, mode: str) -> dict[str, Any]:
     """``make_policy`` keyword arguments for ``mode``, exactly as training derives them from a recipe."""
-    from rl.driver import shaping_options
+    from rl.shaping.factory import shaping_options
 
     rollout = RolloutConfig(max_tokens=cfg.max_tokens, max_model_len=cfg.max_tokens + 16)  # policies read max_tokens
     run = RunConfig(shaping=mode_shaping(cfg, mode), rollout=rollout)
