@@ -50,7 +50,11 @@ def checked_config(build: Callable[[], T]) -> T | None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rl.checkpoint import CheckpointError, resume_config
-    from rl.config import load_config
+    from rl.config import describe_config, load_config
+
+    if args.help_config:
+        print("\n".join(describe_config()))
+        return 0
 
     def build() -> tuple[RunConfig, Path | None]:
         if args.resume is None:
@@ -541,6 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="RUN_DIR",
         help="continue RUN_DIR from its latest checkpoint with its saved config (overrides: max_steps, eval, ...)",
+    )
+    train.add_argument(
+        "--help-config", action="store_true", help="list every config key with its type, default and meaning"
     )
     _add_verbose(train)
     train.set_defaults(func=cmd_train)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -18,26 +18,45 @@ class Strict(BaseModel):
 
 
 class ModelConfig(Strict):
-    path: str = "builtin:arith-tiny"  # builtin:NAME, a local HF directory, or a hub name
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: float32 on CPU, bfloat16 on GPU
+    path: str = Field(default="builtin:arith-tiny", description="builtin:NAME, a local HF directory, or a hub name")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="auto: float32 on CPU, bfloat16 on GPU",
+    )
 
 
 class DataConfig(Strict):
-    source: str = "arith"  # "arith" (procedural), a preset name, a hub dataset, or a local file/dir
+    source: str = Field(
+        default="arith",
+        description='"arith" (procedural), a preset name, a hub dataset, or a local file/dir',
+    )
     arith: ArithConfig = Field(default_factory=ArithConfig)
-    train_split: str = "train"
-    test_split: str = "test"
-    prompt_field: str = "question"
-    answer_field: str = "answer"
-    template: str = "{prompt}"
-    chat: bool = False
-    system_prompt: str | None = None
-    limit: int | None = Field(default=None, ge=1)
-    # held-out rows when the source has no separate test split (a single local file, a folder without split
-    # files): this fraction of rows, picked by a hash of the prompt, is kept out of training; 0 evaluates on
-    # training rows (said at start)
-    test_fraction: float = Field(default=0.1, ge=0, lt=1)
-    test_source: str | None = None  # a separate source for held-out rows (its test_split); None: from source
+    train_split: str = Field(default="train", description="split trained on")
+    test_split: str = Field(default="test", description="split evaluated on (held out)")
+    prompt_field: str = Field(default="question", description="column holding the question")
+    answer_field: str = Field(
+        default="answer",
+        description="column holding the reference answer (given to rewards as answer)",
+    )
+    template: str = Field(
+        default="{prompt}",
+        description="prompt text built from a row: {prompt} is the question, other {column} names are filled too",
+    )
+    chat: bool = Field(default=False, description="wrap the prompt in the model's chat template")
+    system_prompt: str | None = Field(default=None, description="chat only: a system message before the question")
+    limit: int | None = Field(default=None, ge=1, description="use only the first N training rows; None: all")
+    test_fraction: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="held-out rows when the source has no separate test split (a single local file, a folder "
+        "without split files): this fraction of rows, picked by a hash of the prompt, is kept out of "
+        "training; 0 evaluates on training rows (said at start)",
+    )
+    test_source: str | None = Field(
+        default=None,
+        description="a separate source for held-out rows (its test_split); None: from source",
+    )
 
 
 class RewardFn(Strict):
@@ -46,31 +65,64 @@ class RewardFn(Strict):
 
 
 class RewardConfig(Strict):
-    functions: list[RewardFn] = Field(default_factory=lambda: [RewardFn(fn="arith_exact")], min_length=1)
-    num_workers: int = Field(default=1, ge=0)
-    timeout_s: float = Field(default=10.0, gt=0)
-    on_failure: Literal["zero", "drop"] = "zero"
+    functions: list[RewardFn] = Field(
+        default_factory=lambda: [RewardFn(fn="arith_exact")],
+        min_length=1,
+        description="reward functions and weights; the first one's > 0 marks a correct answer in evals",
+    )
+    num_workers: int = Field(
+        default=1,
+        ge=0,
+        description="reward processes (a reward that hangs or crashes cannot stop training); 0: in the driver",
+    )
+    timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="seconds a reward call may take before it is killed and counted",
+    )
+    on_failure: Literal["zero", "drop"] = Field(
+        default="zero",
+        description="a reward that raises, hangs or returns NaN: zero scores the sample 0, drop drops its group",
+    )
 
 
 class RolloutConfig(Strict):
-    num_workers: int = Field(default=1, ge=1)
-    max_tokens: int = Field(default=48, ge=1)
-    temperature: float = Field(default=1.0, gt=0)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    max_model_len: int = Field(default=128, ge=16)  # prompt + response tokens; longer prompts are skipped
-    kv_cache_bytes: int = Field(default=64 << 20, ge=1 << 20)  # CPU only; GPUs use gpu_memory_utilization
-    gpu_memory_utilization: float = Field(default=0.5, gt=0, le=1)
-    enforce_eager: bool = True
-    cpu_threads_bind: list[str] | None = None  # per worker VLLM_CPU_OMP_THREADS_BIND, e.g. ["0"]
-    max_concurrent_groups: int = Field(default=64, ge=1)
-    # samples in flight across a weight sync: "keep" running (vLLM pause keep; per-token versions) or
-    # "resubmit" (abort, then continue prompt + partial response with the new weights, AReaL/slime style)
-    partial_rollouts: Literal["keep", "resubmit"] = "keep"
-    max_num_seqs: int | None = Field(default=None, ge=1)  # vLLM's cap on running sequences; None: its default
-    # dead rollout workers replaced per run (a new actor and engine, loaded with the current weights); cpu weight
-    # transport only (a native NCCL group cannot take a new member mid-run)
-    max_restarts: int = Field(default=1, ge=0)
-    seed: int = 0
+    num_workers: int = Field(default=1, ge=1, description="rollout workers, one vLLM engine each")
+    max_tokens: int = Field(default=48, ge=1, description="response cap in tokens")
+    temperature: float = Field(default=1.0, gt=0, description="sampling temperature")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="nucleus sampling mass")
+    max_model_len: int = Field(default=128, ge=16, description="prompt + response tokens; longer prompts are skipped")
+    kv_cache_bytes: int = Field(default=64 << 20, ge=1 << 20, description="CPU only; GPUs use gpu_memory_utilization")
+    gpu_memory_utilization: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="GPU only: the share of the engine's GPU vLLM may take",
+    )
+    enforce_eager: bool = Field(default=True, description="GPU only: no CUDA graphs (faster start, slower decode)")
+    cpu_threads_bind: list[str] | None = Field(
+        default=None,
+        description='per worker VLLM_CPU_OMP_THREADS_BIND, e.g. ["0"]',
+    )
+    max_concurrent_groups: int = Field(default=64, ge=1, description="prompts in flight per rollout worker")
+    partial_rollouts: Literal["keep", "resubmit"] = Field(
+        default="keep",
+        description='samples in flight across a weight sync: "keep" running (vLLM pause keep; per-token '
+        'versions) or "resubmit" (abort, then continue prompt + partial response with the new '
+        "weights, AReaL/slime style)",
+    )
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        description="vLLM's cap on running sequences; None: its default",
+    )
+    max_restarts: int = Field(
+        default=1,
+        ge=0,
+        description="dead rollout workers replaced per run (a new actor and engine, loaded with the current "
+        "weights); cpu weight transport only (a native NCCL group cannot take a new member mid-run)",
+    )
+    seed: int = Field(default=0, description="the engines' sampling seed")
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> RolloutConfig:
@@ -86,35 +138,81 @@ MODEL_SCORERS = ("lm-confidence", "reward-model")  # served by a separate scorer
 
 
 class ShapingConfig(Strict):
-    policy: Literal["plain", "darts", "sart", "darts+sart"] = "plain"
-    m_keep: int = Field(default=8, ge=2)
-    avg_redundancy: float = Field(default=shaping_defaults.AVG_REDUNDANCY, ge=1.0)
-    max_redundancy: float = Field(default=2.0, ge=1.0)
-    # DARTS's per-prompt floor, x M: 1.0 is the paper's M_low = M (a low-variance prompt may get no spare sample,
-    # so it cannot stop early); DARTS's released streaming trainer uses 10 of M = 8, i.e. 1.25
-    min_redundancy: float = Field(default=1.0, ge=1.0)
-    long_slots: int = Field(default=shaping_defaults.LONG_SLOTS, ge=0)
-    # DARTS policies: long slots close once a running sample passes long_wait x the K-th short sample's length
-    # (keeping the longest finished by then); None waits for the group's last sample, as DARTS does
-    long_wait: float | None = Field(default=None, ge=1.0)
-    # DARTS policies: steer avg_redundancy within [min_redundancy, max_redundancy] after every step so that the
-    # rollout side idles about this fraction of a step (spares where the trainer is the bottleneck, none where the
-    # rollout side is); None keeps avg_redundancy fixed
-    idle_target: float | None = Field(default=None, ge=0, lt=1)
-    warmup_steps: int = Field(default=shaping_defaults.WARMUP_STEPS, ge=0)
-    alpha: float = shaping_defaults.PRUNE_ALPHA
-    beta: int = Field(default=shaping_defaults.PRUNE_BETA, ge=0)
-    progress_every_s: float = Field(default=0.5, gt=0)  # how often SART (or long_wait) looks at running samples
-    # vLLM request priority from the TIE score of the prompt's length model (DARTS policies only):
-    # longest_first shortens the batch's makespan, shortest_first its mean latency
-    priority: Literal["none", "longest_first", "shortest_first"] = "none"
-    tie_beta: float = Field(default=shaping_defaults.TIE_BETA, ge=0, le=1)  # TIE's tail weight
-    # SART's scorer: the built-in repetition heuristic, a model in a scorer worker (lm-confidence: mean token
-    # log-prob of the partial response; reward-model: a one-label sequence-classification reward model), or none
-    # (early stop only). alpha is on the scorer's scale: repetition in [0, 1], lm-confidence <= 0, a RM's logit
-    scorer: Literal["repetition", "lm-confidence", "reward-model", "none"] = "repetition"
-    scorer_model: str | None = None  # lm-confidence: None = the policy's initial weights; reward-model: required
-    scorer_gpus: float = Field(default=0.0, ge=0)  # GPUs for the scorer worker (a fraction shares one); 0 = CPU
+    policy: Literal["plain", "darts", "sart", "darts+sart"] = Field(
+        default="plain",
+        description="trajectory shaping: plain (M samples per prompt), darts, sart or darts+sart",
+    )
+    m_keep: int = Field(default=8, ge=2, description="samples kept per prompt (the GRPO group size M)")
+    avg_redundancy: float = Field(
+        default=shaping_defaults.AVG_REDUNDANCY,
+        ge=1.0,
+        description="samples launched per sample kept, on average over prompts (DARTS) or per prompt (SART)",
+    )
+    max_redundancy: float = Field(default=2.0, ge=1.0, description="DARTS's per-prompt ceiling, x M")
+    min_redundancy: float = Field(
+        default=1.0,
+        ge=1.0,
+        description="DARTS's per-prompt floor, x M: 1.0 is the paper's M_low = M (a low-variance prompt may get "
+        "no spare sample, so it cannot stop early); DARTS's released streaming trainer uses 10 of M ="
+        " 8, i.e. 1.25",
+    )
+    long_slots: int = Field(
+        default=shaping_defaults.LONG_SLOTS,
+        ge=0,
+        description="DARTS: kept slots reserved for long samples",
+    )
+    long_wait: float | None = Field(
+        default=None,
+        ge=1.0,
+        description="DARTS policies: long slots close once a running sample passes long_wait x the K-th short "
+        "sample's length (keeping the longest finished by then); None waits for the group's last "
+        "sample, as DARTS does",
+    )
+    idle_target: float | None = Field(
+        default=None,
+        ge=0,
+        lt=1,
+        description="DARTS policies: steer avg_redundancy within [min_redundancy, max_redundancy] after every "
+        "step so that the rollout side idles about this fraction of a step (spares where the trainer "
+        "is the bottleneck, none where the rollout side is); None keeps avg_redundancy fixed",
+    )
+    warmup_steps: int = Field(
+        default=shaping_defaults.WARMUP_STEPS,
+        ge=0,
+        description="DARTS: steps with uniform budgets before the length statistics are used",
+    )
+    alpha: float = Field(
+        default=shaping_defaults.PRUNE_ALPHA,
+        description="SART: phase 1 prunes running samples scoring below alpha (the scorer's scale)",
+    )
+    beta: int = Field(default=shaping_defaults.PRUNE_BETA, ge=0, description="SART: at most beta prunes in phase 1")
+    progress_every_s: float = Field(
+        default=0.5,
+        gt=0,
+        description="how often SART (or long_wait) looks at running samples",
+    )
+    priority: Literal["none", "longest_first", "shortest_first"] = Field(
+        default="none",
+        description="vLLM request priority from the TIE score of the prompt's length model (DARTS policies only):"
+        " longest_first shortens the batch's makespan, shortest_first its mean latency",
+    )
+    tie_beta: float = Field(default=shaping_defaults.TIE_BETA, ge=0, le=1, description="TIE's tail weight")
+    scorer: Literal["repetition", "lm-confidence", "reward-model", "none"] = Field(
+        default="repetition",
+        description="SART's scorer: the built-in repetition heuristic, a model in a scorer worker (lm-confidence:"
+        " mean token log-prob of the partial response; reward-model: a one-label sequence-"
+        "classification reward model), or none (early stop only). alpha is on the scorer's scale: "
+        "repetition in [0, 1], lm-confidence <= 0, a RM's logit",
+    )
+    scorer_model: str | None = Field(
+        default=None,
+        description="lm-confidence: None = the policy's initial weights; reward-model: required",
+    )
+    scorer_gpus: float = Field(
+        default=0.0,
+        ge=0,
+        description="GPUs for the scorer worker (a fraction shares one); 0 = CPU",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> ShapingConfig:
@@ -171,11 +269,11 @@ class LoraConfig(Strict):
 
 
 class TrainConfig(Strict):
-    max_steps: int = Field(default=40, ge=1)
-    batch_groups: int = Field(default=16, ge=1)  # groups (prompts) per optimizer step
-    max_staleness: int = Field(default=0, ge=0)  # 0 = synchronous on-policy
-    sync_every: int = Field(default=1, ge=1)
-    num_workers: int = Field(default=1, ge=1)  # data-parallel trainer workers
+    max_steps: int = Field(default=40, ge=1, description="optimizer steps of the run")
+    batch_groups: int = Field(default=16, ge=1, description="groups (prompts) per optimizer step")
+    max_staleness: int = Field(default=0, ge=0, description="0 = synchronous on-policy")
+    sync_every: int = Field(default=1, ge=1, description="steps between weight syncs (with max_staleness > 0)")
+    num_workers: int = Field(default=1, ge=1, description="data-parallel trainer workers")
     dp_balance: Literal["tokens", "groups"] = Field(
         default="tokens",
         description="how a step's batch is split over data-parallel ranks: tokens: samples balanced by token count "
@@ -194,21 +292,34 @@ class TrainConfig(Strict):
         "for each other once (at the update's end) rather than at every micro-batch; costs full parameters and "
         "gradients on every rank during the step (ZeRO-2-like); false: ZeRO-3, gathered per micro-batch",
     )
-    lr: float = Field(default=1e-3, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
-    grad_clip: float = Field(default=1.0, gt=0)
-    micro_batch_size: int = Field(default=64, ge=1)
-    # padded-token budget per micro-batch: rows are sorted by length and cut so that rows x longest row stays
-    # within it, so a long tail pads only its own micro-batch; None: micro_batch_size rows in batch order
-    micro_batch_tokens: int | None = Field(default=None, ge=1)
-    # recompute each layer's activations in backward instead of keeping them (HF gradient checkpointing):
-    # less memory per micro-batch for about one more forward pass of compute
-    gradient_checkpointing: bool = False
-    # PPO mini-batch epochs: each train step makes ppo_epochs x mini_batches optimizer updates on its batch
-    # (verl's ppo_epochs / ppo_mini_batch_size); 1 x 1 = one update per batch
-    mini_batches: int = Field(default=1, ge=1)
-    ppo_epochs: int = Field(default=1, ge=1)
-    threads: int = Field(default=1, ge=1)  # torch threads per trainer worker on CPU
+    lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate (constant)")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay")
+    grad_clip: float = Field(default=1.0, gt=0, description="gradient norm clip")
+    micro_batch_size: int = Field(
+        default=64,
+        ge=1,
+        description="rows per forward/backward (gradients accumulate over a step)",
+    )
+    micro_batch_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="padded-token budget per micro-batch: rows are sorted by length and cut so that rows x "
+        "longest row stays within it, so a long tail pads only its own micro-batch; None: "
+        "micro_batch_size rows in batch order",
+    )
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="recompute each layer's activations in backward instead of keeping them (HF gradient "
+        "checkpointing): less memory per micro-batch for about one more forward pass of compute",
+    )
+    mini_batches: int = Field(
+        default=1,
+        ge=1,
+        description="PPO mini-batch epochs: each train step makes ppo_epochs x mini_batches optimizer updates on "
+        "its batch (verl's ppo_epochs / ppo_mini_batch_size); 1 x 1 = one update per batch",
+    )
+    ppo_epochs: int = Field(default=1, ge=1, description="passes over each batch per step")
+    threads: int = Field(default=1, ge=1, description="torch threads per trainer worker on CPU")
     save_checkpoint: bool = Field(
         default=True,
         description="write checkpoints (every checkpoint_every steps and at the end) that `rl train --resume` "
@@ -218,9 +329,12 @@ class TrainConfig(Strict):
         default=50, ge=1, description="steps between checkpoints; None: only at the end"
     )
     keep_checkpoints: int = Field(default=2, ge=1, description="the newest checkpoints kept; older ones are removed")
-    # periodic asynchrony (arXiv 2511.18871): with max_staleness=0 the trainer runs forward/backward on each
-    # group as it arrives and steps once the batch is complete; the same update as synchronous training
-    periodic_async: bool = False
+    periodic_async: bool = Field(
+        default=False,
+        description="periodic asynchrony (arXiv 2511.18871): with max_staleness=0 the trainer runs "
+        "forward/backward on each group as it arrives and steps once the batch is complete; the same "
+        "update as synchronous training",
+    )
 
     @model_validator(mode="after")
     def _sync(self) -> TrainConfig:
@@ -236,28 +350,63 @@ class TrainConfig(Strict):
 class AlgorithmConfig(Strict):
     """Advantage estimator, policy loss, off-policy correction, regularizers and batch filtering."""
 
-    advantage: Literal["grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline"] = "grpo"
-    loss: Literal["ppo", "gspo"] = "ppo"
-    clip_low: float = Field(default=0.2, ge=0, lt=1)  # clip range [1 - clip_low, 1 + clip_high] (DAPO clip-higher)
-    clip_high: float = Field(default=0.28, ge=0)
-    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
-    norm_len: int | None = Field(default=None, ge=1)  # seq-mean-token-sum-norm divisor; None: rollout.max_tokens
-    # coupled PPO (default): clip pi / pi_behaviour (vLLM's log-probs), a trust region around the policy that
-    # sampled. Decoupled PPO: clip against the trainer's own log-probs at the start of the step and weight by
-    # w = pi_prox / pi_behaviour (truncated: tis, masked: mis). With one optimizer update per batch the decoupled
-    # clip is inactive (r = 1; train.mini_batches / ppo_epochs give several); on arith_tiny at max_staleness=4
-    # with one update coupled learned best (see the issue-6 note).
-    decoupled: bool = False
-    correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "none"
-    correction_cap: float = Field(default=2.0, ge=1)
-    ess_lr_scaling: bool = False  # VCPO: lr * sqrt(ESS / B) each step
-    kl_coef: float = Field(default=0.0, ge=0)  # KL to the frozen initial policy
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    entropy_coef: float = Field(default=0.0, ge=0)
-    # DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts instead
-    dynamic_sampling: bool = False
-    # at most this many times batch_groups groups are dropped per step; beyond it they are trained on (counted)
-    dynamic_sampling_max_factor: float = Field(default=4.0, ge=0)
+    advantage: Literal["grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline"] = Field(
+        default="grpo",
+        description="advantage estimator",
+    )
+    loss: Literal["ppo", "gspo"] = Field(
+        default="ppo",
+        description="ppo: token-level clipped ratio; gspo: sequence-level ratio",
+    )
+    clip_low: float = Field(
+        default=0.2,
+        ge=0,
+        lt=1,
+        description="clip range [1 - clip_low, 1 + clip_high] (DAPO clip-higher)",
+    )
+    clip_high: float = Field(default=0.28, ge=0, description="upper clip: ratios above 1 + clip_high are clipped")
+    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
+        default="token-mean",
+        description="how token losses are averaged: over all tokens, per sequence then over sequences, or per "
+        "sequence over norm_len",
+    )
+    norm_len: int | None = Field(
+        default=None,
+        ge=1,
+        description="seq-mean-token-sum-norm divisor; None: rollout.max_tokens",
+    )
+    decoupled: bool = Field(
+        default=False,
+        description="coupled PPO (default): clip pi / pi_behaviour (vLLM's log-probs), a trust region around the "
+        "policy that sampled. Decoupled PPO: clip against the trainer's own log-probs at the start of"
+        " the step and weight by w = pi_prox / pi_behaviour (truncated: tis, masked: mis). With one "
+        "optimizer update per batch the decoupled clip is inactive (r = 1; train.mini_batches / "
+        "ppo_epochs give several); on arith_tiny at max_staleness=4 with one update coupled learned "
+        "best (see the issue-6 note).",
+    )
+    correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = Field(
+        default="none",
+        description="off-policy importance weights on tokens or sequences: truncated (tis) or masked (mis); needs"
+        " decoupled",
+    )
+    correction_cap: float = Field(default=2.0, ge=1, description="the importance-weight cap of the correction")
+    ess_lr_scaling: bool = Field(default=False, description="VCPO: lr * sqrt(ESS / B) each step")
+    kl_coef: float = Field(default=0.0, ge=0, description="KL to the frozen initial policy")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        default="k3",
+        description="estimator of the KL term (k1, k2, k3 of Schulman's note)",
+    )
+    entropy_coef: float = Field(default=0.0, ge=0, description="entropy bonus weight")
+    dynamic_sampling: bool = Field(
+        default=False,
+        description="DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts instead",
+    )
+    dynamic_sampling_max_factor: float = Field(
+        default=4.0,
+        ge=0,
+        description="at most this many times batch_groups groups are dropped per step; beyond it they are trained"
+        " on (counted)",
+    )
 
     @model_validator(mode="after")
     def _correction_needs_decoupled(self) -> AlgorithmConfig:
@@ -267,8 +416,10 @@ class AlgorithmConfig(Strict):
 
 
 class WeightSyncConfig(Strict):
-    # cpu: safetensors bytes through Ray's object store (any device); nccl: vLLM's native GPU broadcast
-    transport: Literal["cpu", "nccl", "ipc"] = "cpu"
+    transport: Literal["cpu", "nccl", "ipc"] = Field(
+        default="cpu",
+        description="cpu: safetensors bytes through Ray's object store (any device); nccl: vLLM's native GPU broadcast",
+    )
 
     @model_validator(mode="after")
     def _placeable(self) -> WeightSyncConfig:
@@ -281,14 +432,17 @@ class WeightSyncConfig(Strict):
 
 
 class EvalConfig(Strict):
-    every: int = Field(default=10, ge=0)  # optimizer steps between evaluations; 0 = only before/after
-    num_problems: int = Field(default=256, ge=1)
-    temperature: float = Field(default=0.0, ge=0)
+    every: int = Field(default=10, ge=0, description="optimizer steps between evaluations; 0 = only before/after")
+    num_problems: int = Field(default=256, ge=1, description="held-out problems per evaluation")
+    temperature: float = Field(default=0.0, ge=0, description="evaluation sampling temperature (0: greedy)")
 
 
 class RayConfig(Strict):
-    address: str | None = None  # None: start a local instance; "auto": join a running cluster
-    num_cpus: int | None = None
+    address: str | None = Field(
+        default=None,
+        description='None: start a local instance; "auto": join a running cluster',
+    )
+    num_cpus: int | None = Field(default=None, description="CPUs of a local Ray instance; None: the machine's")
 
 
 class WandbConfig(Strict):
@@ -308,9 +462,12 @@ class LoggingConfig(Strict):
 
 
 class RunConfig(Strict):
-    name: str = "run"
-    output_dir: str = "runs"
-    seed: int = 0
+    name: str = Field(default="run", description="run name: the run directory is output_dir/name")
+    output_dir: str = Field(default="runs", description="folder that holds run directories")
+    seed: int = Field(
+        default=0,
+        description="seed of the prompt order, the trainer's initialization and the driver's choices",
+    )
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
@@ -420,3 +577,29 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: a recipe must be a mapping at the top level, not a {type(raw).__name__}")
     return RunConfig.model_validate(apply_overrides(raw, list(overrides), RunConfig().model_dump()))
+
+
+def _type_name(annotation: Any) -> str:
+    """``a | b`` for a Literal's choices, the class name for a plain type, the annotation's text otherwise."""
+    if get_origin(annotation) is Literal:
+        return " | ".join(str(choice) for choice in get_args(annotation))
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
+def describe_config(model: type[BaseModel] = None, prefix: str = "") -> list[str]:
+    """One line per config key, ``section.key (type, default): description``, nested sections expanded."""
+    model = model or RunConfig
+    lines = []
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{name}"
+        nested = (
+            info.annotation if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel) else None
+        )
+        if nested is not None:
+            lines += describe_config(nested, f"{key}.")
+            continue
+        kind = _type_name(info.annotation)
+        default = info.get_default(call_default_factory=True)
+        text = f"{key} ({kind}, default {default!r})"
+        lines.append(f"{text}: {info.description}" if info.description else text)
+    return lines

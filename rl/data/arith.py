@@ -29,13 +29,13 @@ _MAX_MISSES = 1_000  # failed draws in a row after which an operand count counts
 class ArithConfig(BaseModel):
     """Size and difficulty of the arithmetic dataset; operands are integers in ``[0, 10**digits)``."""
 
-    seed: int = 0
-    num_train: int = Field(1000, ge=0)
-    num_test: int = Field(100, ge=0)
-    min_operands: int = Field(2, ge=2)
-    max_operands: int = Field(4, ge=2)
-    digits: int = Field(2, ge=1)
-    allow_subtraction: bool = False
+    seed: int = Field(default=0, description="seed of the generated problems")
+    num_train: int = Field(1000, ge=0, description="training problems generated")
+    num_test: int = Field(100, ge=0, description="held-out problems generated (disjoint from training)")
+    min_operands: int = Field(2, ge=2, description="fewest numbers in a problem")
+    max_operands: int = Field(4, ge=2, description="most numbers in a problem")
+    digits: int = Field(2, ge=1, description="operands are integers below 10**digits")
+    allow_subtraction: bool = Field(default=False, description="mix minus signs in with plus signs")
 
     @model_validator(mode="after")
     def _check_operand_range(self) -> ArithConfig:
