@@ -148,9 +148,11 @@ class ShapingConfig(Strict):
         ge=1.0,
         description="samples launched per sample kept, on average over prompts (DARTS) or per prompt (SART)",
     )
-    max_redundancy: float = Field(default=2.0, ge=1.0, description="DARTS's per-prompt ceiling, x M")
+    max_redundancy: float = Field(
+        default=shaping_defaults.MAX_REDUNDANCY, ge=1.0, description="DARTS's per-prompt ceiling, x M"
+    )
     min_redundancy: float = Field(
-        default=1.0,
+        default=shaping_defaults.MIN_REDUNDANCY,
         ge=1.0,
         description="DARTS's per-prompt floor, x M: 1.0 is the paper's M_low = M (a low-variance prompt may get "
         "no spare sample, so it cannot stop early); DARTS's released streaming trainer uses 10 of M ="

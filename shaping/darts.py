@@ -199,8 +199,8 @@ class DartsPolicy:
     ) -> None:
         self.m_keep = m_keep
         self.avg_redundancy = avg_redundancy
-        self.n_min = m_keep if n_min is None else n_min
-        self.n_max = 2 * m_keep if n_max is None else n_max
+        self.n_min = round(defaults.MIN_REDUNDANCY * m_keep) if n_min is None else n_min
+        self.n_max = round(defaults.MAX_REDUNDANCY * m_keep) if n_max is None else n_max
         if not m_keep <= self.n_min <= self.n_max:
             raise ValueError(f"need m_keep <= n_min <= n_max, got {m_keep}, {self.n_min}, {self.n_max}")
         if not 0 <= long_slots <= m_keep:
