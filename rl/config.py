@@ -60,8 +60,8 @@ class DataConfig(Strict):
 
 
 class RewardFn(Strict):
-    fn: str  # builtin name, path/to/file.py:function or package.module:function
-    weight: float = 1.0
+    fn: str = Field(description="builtin name, path/to/file.py:function or package.module:function")
+    weight: float = Field(default=1.0, description="the function's weight in the summed reward")
 
 
 class RewardConfig(Strict):
@@ -585,23 +585,32 @@ def _type_name(annotation: Any) -> str:
     """``a | b`` for a Literal's choices, the class name for a plain type, the annotation's text otherwise."""
     if get_origin(annotation) is Literal:
         return " | ".join(str(choice) for choice in get_args(annotation))
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+    name = getattr(annotation, "__name__", None) if get_origin(annotation) is None else None
+    return name or str(annotation).replace("typing.", "").replace(f"{__name__}.", "")
 
 
-def describe_config(model: type[BaseModel] = None, prefix: str = "") -> list[str]:
-    """One line per config key, ``section.key (type, default): description``, nested sections expanded."""
-    model = model or RunConfig
+def _section(annotation: Any) -> tuple[type[BaseModel] | None, str]:
+    """The config class a field holds (``Section``, ``Section | None`` or ``list[Section]``) and the separator
+    of its keys (``.``, ``.``, ``[].``); ``(None, "")`` for a plain value."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, "."
+    args = [arg for arg in get_args(annotation) if arg is not type(None)]
+    if len(args) == 1 and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+        return args[0], "[]." if get_origin(annotation) is list else "."
+    return None, ""
+
+
+def describe_config(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
+    """One line per config key, ``section.key (type, default): description``, nested sections expanded: an
+    optional section (``train.lora``) or a list of them (``reward.functions``) gets its own line, then its keys."""
     lines = []
-    for name, info in model.model_fields.items():
+    for name, info in (model or RunConfig).model_fields.items():
         key = f"{prefix}{name}"
-        nested = (
-            info.annotation if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel) else None
-        )
-        if nested is not None:
-            lines += describe_config(nested, f"{key}.")
-            continue
-        kind = _type_name(info.annotation)
-        default = info.get_default(call_default_factory=True)
-        text = f"{key} ({kind}, default {default!r})"
-        lines.append(f"{text}: {info.description}" if info.description else text)
+        section, sep = _section(info.annotation)
+        if info.annotation is not section:  # a value, or an optional section or list of them: a line of its own
+            default = "required" if info.is_required() else f"default {info.get_default(call_default_factory=True)!r}"
+            text = f"{key} ({_type_name(info.annotation)}, {default})"
+            lines.append(f"{text}: {info.description}" if info.description else text)
+        if section is not None:
+            lines += describe_config(section, f"{key}{sep}")
     return lines
