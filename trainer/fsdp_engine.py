@@ -189,8 +189,9 @@ class FSDPEngine:
         """``count`` micro-batches' collectives without data: 2-token forwards (and backwards of zero gradient).
 
         A rank with fewer micro-batches than another waits in these for the other's gathers; their time counts in
-        the step's ``dp_wait_s`` (the straggler wait that length balancing removes)."""
-        t0 = time.monotonic()
+        the step's ``dp_wait_s`` (the straggler wait that length balancing removes), once: a barrier inside them
+        is part of that time, not added to it."""
+        t0, waited = time.monotonic(), self._waited
         ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
         for _ in range(count):
             with self._autocast():
@@ -198,7 +199,7 @@ class FSDPEngine:
             if backward:
                 self._before_backward(last=True)
                 (logits.float().sum() * 0.0).backward()
-        self._waited += time.monotonic() - t0
+        self._waited = waited + time.monotonic() - t0
 
     def _autocast(self):
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
@@ -396,10 +397,11 @@ class FSDPEngine:
         other ranks an empty dict. Sharded, it gathers: every rank calls it."""
         if self.spec.lora is not None:
             return _merged_weights(self.model)
-        names = [n for n, _ in self.model.named_parameters()]
         if not self.sharded:
             return {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.model.named_parameters()}
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        names = [n for n, _ in self.model.named_parameters()]
 
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return {n: full[n].to(torch.float32).contiguous() for n in names if n in full}
