@@ -130,7 +130,7 @@ def test_gathered_weights_give_vllm_the_sharded_trainers_logprobs(rollout_worker
     prompt = encode(PROMPT_TEXT)
     workers = _ranks(TrainerSpec(model=tiny_model_dir, lr=5e-2))
     samples = sample_once(rollout_worker, "fsdp-0", prompt)
-    group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[1.0, -1.0])
+    group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[1.0, 0.5])
     ray.get([w.train_step.remote(shard) for w, shard in zip(workers, [[group], []], strict=True)])
     channel = CpuWeightChannel(workers[0], [rollout_worker], peers=workers[1:])
     asyncio.run(channel.start())

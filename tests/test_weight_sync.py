@@ -37,9 +37,10 @@ def test_sync_makes_engine_logprobs_match_trainer(rollout_worker, tiny_model_dir
     """Full fine-tuning, and LoRA (adapters trained, the engine gets the merged weights)."""
     prompt = encode(PROMPT_TEXT)
     trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=5e-2, lora=lora))
-    # move the trainer away from the engine's weights with one real GRPO step
+    # move the trainer away from the engine's weights with one real GRPO step; both advantages positive, so two
+    # identical samples (the tiny model often answers alike) cannot cancel into a zero gradient and no update
     samples = sample_once(rollout_worker, "ws-0", prompt)
-    group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[1.0, -1.0])
+    group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[1.0, 0.5])
     trainer.train_step([group])
 
     before = mean_abs_gap(trainer, sample_once(rollout_worker, "ws-1", prompt), prompt)
