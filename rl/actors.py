@@ -76,6 +76,7 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None 
         max_num_seqs=cfg.rollout.max_num_seqs,
         priority_scheduling=cfg.shaping.priority != "none",
         weight_transfer=cfg.weight_sync.transport,
+        lora=cfg.train.lora if cfg.train.lora is not None and cfg.train.lora.sync == "adapter" else None,
     )
     binds = cfg.rollout.cpu_threads_bind or [None] * cfg.rollout.num_workers
     gpus = 1.0 if _has_gpus() else 0.0

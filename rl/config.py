@@ -259,7 +259,8 @@ class ShapingConfig(Strict):
 
 
 class LoraConfig(Strict):
-    """Low-rank adapters (PEFT LoRA) on the policy: only the adapters train; the engines get merged weights."""
+    """Low-rank adapters (PEFT LoRA) on the policy: only the adapters train; the engines serve them (vLLM's LoRA
+    support, adapter tensors synced) or get merged weights."""
 
     rank: int = Field(default=16, ge=1, description="adapter rank r")
     alpha: float = Field(default=32.0, gt=0, description="adapter scale numerator: the update is (alpha / r) B A")
@@ -267,6 +268,12 @@ class LoraConfig(Strict):
         default=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         min_length=1,
         description="names of the linear layers that get adapters",
+    )
+    sync: Literal["adapter", "merged"] = Field(
+        default="adapter",
+        description="adapter: the engines serve the base model plus the adapter (vLLM's LoRA support) and a sync "
+        "sends only the adapter tensors; merged: a sync sends whole merged weights (for engines without LoRA "
+        "support)",
     )
 
 
@@ -283,8 +290,7 @@ class TrainConfig(Strict):
     )
     lora: LoraConfig | None = Field(
         default=None,
-        description="train low-rank adapters instead of every weight (train.lora.rank=16 turns it on); the "
-        "engines receive the merged weights (serving adapters through vLLM's LoRA support is not built); None: "
+        description="train low-rank adapters instead of every weight (train.lora.rank=16 turns it on); None: "
         "full fine-tuning",
     )
     fsdp_keep_gathered: bool = Field(
@@ -496,8 +502,13 @@ class RunConfig(Strict):
             )
         if self.train.lora is not None and (self.train.num_workers > 1 or self.weight_sync.transport != "cpu"):
             raise ValueError(
-                "train.lora trains on one rank and syncs merged weights: it needs train.num_workers=1 and "
+                "train.lora trains on one rank and syncs through the cpu channel: it needs train.num_workers=1 and "
                 "weight_sync.transport=cpu"
+            )
+        if self.train.lora is not None and self.train.lora.sync == "adapter" and self.train.lora.rank > 512:
+            raise ValueError(
+                f"train.lora.rank={self.train.lora.rank}: vLLM serves adapters up to rank 512; lower the rank or "
+                "set train.lora.sync=merged"
             )
         if self.train.periodic_async and self.train.max_staleness != 0:
             raise ValueError("train.periodic_async needs train.max_staleness=0 (it is an on-policy mode)")

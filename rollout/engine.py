@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from rl.config import LoraConfig
+
 
 @dataclass(frozen=True)
 class EngineSpec:
@@ -26,6 +28,7 @@ class EngineSpec:
     weight_transfer: str = "cpu"  # cpu | nccl | ipc
     priority_scheduling: bool = False
     max_num_seqs: int | None = None  # cap on running sequences; None: vLLM's default
+    lora: LoraConfig | None = None  # serve the policy as this adapter on the base model: weights are its tensors
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,8 @@ class InferenceEngine(Protocol):
         """Schedule again after ``pause``."""
 
     async def load_weights(self, weights: bytes | str, version: int, interrupt: bool = False) -> float:
-        """Load safetensors weights (bytes, or a file's path on this host) as ``version``; returns seconds."""
+        """Load safetensors weights (bytes, or a file's path on this host) as ``version``: the whole model's, or
+        with ``spec.lora`` the adapter's (PEFT names); returns seconds."""
 
     async def set_version(self, version: int) -> None:
         """Stamp tokens generated from now on with ``version``."""

@@ -8,7 +8,10 @@ pause that keeps in-flight requests (``mode="keep"``) or aborts and resubmits th
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import replace
 from typing import Any
@@ -16,6 +19,8 @@ from typing import Any
 from rl.rollout.engine import EngineSpec, RequestTrace, SamplingSpec
 
 EXTENSION_CLS = "rl.rollout.vllm_extension.WeightLoaderExtension"
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values vLLM 0.32 accepts
+POLICY_LORA_ID = 1  # the one adapter an engine serves, reloaded in place at each sync
 
 
 def is_cpu_platform() -> bool:
@@ -47,6 +52,10 @@ class VllmEngine:
             kwargs["scheduling_policy"] = "priority"
         if spec.max_num_seqs is not None:
             kwargs["max_num_seqs"] = spec.max_num_seqs
+        if spec.lora is not None:
+            kwargs.update(
+                enable_lora=True, max_loras=1, max_lora_rank=next(r for r in LORA_RANKS if r >= spec.lora.rank)
+            )
         if self.cpu:
             kwargs.update(
                 dtype="float32" if spec.dtype == "auto" else spec.dtype,
@@ -69,6 +78,8 @@ class VllmEngine:
         self._caller_aborted: set[str] = set()
         self._serving = asyncio.Event()  # cleared while weights load: resubmissions wait for it
         self._serving.set()
+        self._lora: Any = None  # the LoRARequest every request carries, once an adapter is loaded (spec.lora)
+        self._lora_dir = tempfile.mkdtemp(prefix="tailor-lora-") if spec.lora is not None else None
 
     async def start(self) -> None:
         """Stamp the initial weight version so every token carries an integer version."""
@@ -99,7 +110,7 @@ class VllmEngine:
         prompt + partial response with the remaining token budget: the kept tokens keep their version and
         behaviour log-probs, the continuation comes from the new weights. Caller aborts are final.
         """
-        kwargs = {"priority": priority} if self.spec.priority_scheduling else {}
+        kwargs: dict[str, Any] = {"priority": priority} if self.spec.priority_scheduling else {}
         while True:
             await self._serving.wait()
             if trace.request_id in self._caller_aborted:
@@ -110,7 +121,11 @@ class VllmEngine:
             self._live[trace.request_id] = request_id
             params = self._params(replace(sampling, max_tokens=sampling.max_tokens - offset))
             async for out in self.engine.generate(
-                {"prompt_token_ids": prompt_tokens + trace.tokens}, params, request_id=request_id, **kwargs
+                {"prompt_token_ids": prompt_tokens + trace.tokens},
+                params,
+                request_id=request_id,
+                lora_request=self._lora,
+                **kwargs,
             ):
                 c = out.outputs[0]
                 _append_delta(trace, c)
@@ -142,7 +157,10 @@ class VllmEngine:
         """
         traces = [RequestTrace(request_id=f"{request_id}#{i}") for i in range(n)]
         async for out in self.engine.generate(
-            {"prompt_token_ids": prompt_tokens}, self._params(sampling, n), request_id=request_id
+            {"prompt_token_ids": prompt_tokens},
+            self._params(sampling, n),
+            request_id=request_id,
+            lora_request=self._lora,
         ):
             for c in out.outputs:
                 trace = traces[c.index]
@@ -174,21 +192,45 @@ class VllmEngine:
 
     async def load_weights(self, weights: bytes | str, version: int, interrupt: bool = False) -> float:
         """Pause, load the weights (safetensors bytes, or the path of a safetensors file on this host), bump the
-        version, resume.
+        version, resume. With ``spec.lora`` the weights are the adapter's tensors (PEFT names), loaded in place of
+        the previous adapter; the base model's weights never change.
 
         In-flight requests are kept and continue with the new weights (``interrupt=False``, vLLM's pause
-        ``keep``), or aborted and resubmitted by ``generate`` after the load (``interrupt=True``).
+        ``keep``), or aborted and resubmitted by ``generate`` after the load (``interrupt=True``). The pause clears
+        the prefix cache, so no KV computed under the old weights or adapter is reused.
         """
         t0 = time.monotonic()
         await self.pause(interrupt)
         try:
-            # a path crosses to the engine-core process in bytes of its own; 500 MB of weights took ~5 s that way
-            method = "load_hf_weights_file" if isinstance(weights, str) else "load_hf_weights_bytes"
-            await self.engine.collective_rpc(method, args=(weights,))
+            if self.spec.lora is not None:
+                await self._load_adapter(weights)
+            else:
+                # a path crosses to the engine-core process in bytes of its own; 500 MB of weights took ~5 s that way
+                method = "load_hf_weights_file" if isinstance(weights, str) else "load_hf_weights_bytes"
+                await self.engine.collective_rpc(method, args=(weights,))
             await self.set_version(version)
         finally:
             await self.resume()
         return time.monotonic() - t0
+
+    async def _load_adapter(self, weights: bytes | str) -> None:
+        """Write the adapter as a PEFT directory (vLLM loads adapters from a path) and load it in place of the last."""
+        from vllm.lora.request import LoRARequest
+
+        lora, folder = self.spec.lora, self._lora_dir
+        assert lora is not None and folder is not None
+        tensors = os.path.join(folder, "adapter_model.safetensors")
+        if isinstance(weights, str):
+            shutil.copyfile(weights, tensors)
+        else:
+            with open(tensors, "wb") as f:
+                f.write(weights)
+        config = {"peft_type": "LORA", "r": lora.rank, "lora_alpha": lora.alpha, "target_modules": lora.target_modules}
+        with open(os.path.join(folder, "adapter_config.json"), "w") as f:
+            json.dump({**config, "bias": "none", "base_model_name_or_path": self.spec.model}, f)
+        request = LoRARequest("policy", POLICY_LORA_ID, folder, load_inplace=True)
+        await self.engine.add_lora(request)
+        self._lora = LoRARequest("policy", POLICY_LORA_ID, folder)  # requests use the loaded one, never reload
 
     # vLLM's native (GPU) weight transfer, receiving side: the four phases its trainer engine drives
     async def init_weight_transfer_engine(self, request: Any) -> None:
@@ -211,6 +253,8 @@ class VllmEngine:
         vLLM's module globals are gone, and print a TypeError traceback; the stopped engine's is made a no-op."""
         self.engine.shutdown()
         self.engine.shutdown = _stopped  # type: ignore[method-assign]
+        if self._lora_dir is not None:
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
 
 
 def _stopped(timeout: float | None = None) -> None:

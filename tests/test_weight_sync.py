@@ -5,6 +5,7 @@ import time
 import numpy as np
 import pytest
 import ray
+from rl.rollout.engine import EngineSpec
 from rl.rollout.vllm_adapter import SamplingSpec
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
@@ -32,23 +33,44 @@ def mean_abs_gap(trainer: TrainerWorker, samples, prompt: list[int]) -> float:
     return float(np.mean(gaps))
 
 
-@pytest.mark.parametrize("lora", [None, LoraConfig(rank=4)], ids=["full", "lora"])
-def test_sync_makes_engine_logprobs_match_trainer(rollout_worker, tiny_model_dir, encode, lora):
-    """Full fine-tuning, and LoRA (adapters trained, the engine gets the merged weights)."""
+LORA_ADAPTER = LoraConfig(rank=4)  # served by vLLM's LoRA support: a sync sends the adapter only
+LORA_MERGED = LoraConfig(rank=4, sync="merged")
+
+
+@pytest.fixture(scope="module")
+def lora_rollout_worker(ray_session, tiny_model_dir):
+    """A second real engine, started with LoRA serving (rank 4 adapters)."""
+    from rl.rollout.worker import remote_rollout_worker
+
+    spec = EngineSpec(model=tiny_model_dir, max_model_len=128, lora=LORA_ADAPTER)
+    worker = remote_rollout_worker(num_cpus=1).remote(spec, "0")
+    ray.get(worker.stats.remote(), timeout=900)
+    yield worker
+    ray.get(worker.shutdown.remote())
+    ray.kill(worker)
+
+
+@pytest.mark.parametrize("lora", [None, LORA_MERGED, LORA_ADAPTER], ids=["full", "lora-merged", "lora-adapter"])
+def test_sync_makes_engine_logprobs_match_trainer(request, tiny_model_dir, encode, lora):
+    """Full fine-tuning; LoRA with merged weights synced; LoRA served as an adapter, only its tensors synced."""
+    worker = request.getfixturevalue("lora_rollout_worker" if lora is LORA_ADAPTER else "rollout_worker")
     prompt = encode(PROMPT_TEXT)
     trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=5e-2, lora=lora))
     # move the trainer away from the engine's weights with one real GRPO step; both advantages positive, so two
     # identical samples (the tiny model often answers alike) cannot cancel into a zero gradient and no update
-    samples = sample_once(rollout_worker, "ws-0", prompt)
+    samples = sample_once(worker, "ws-0", prompt)
     group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[1.0, 0.5])
     trainer.train_step([group])
 
-    before = mean_abs_gap(trainer, sample_once(rollout_worker, "ws-1", prompt), prompt)
+    before = mean_abs_gap(trainer, sample_once(worker, "ws-1", prompt), prompt)
     assert before > 1e-2, f"trainer and engine should differ before the sync, gap {before}"
 
-    seconds = ray.get(rollout_worker.load_weights.remote(trainer.weights_for_sync(), 7))
+    blob = trainer.weights_for_sync()
+    full_bytes = len(TrainerWorker(TrainerSpec(model=tiny_model_dir)).weights_for_sync())
+    assert (len(blob) < full_bytes / 5) == (lora is LORA_ADAPTER)  # the adapter alone is a fraction of the model
+    seconds = ray.get(worker.load_weights.remote(blob, 7))
     assert seconds > 0
-    synced = sample_once(rollout_worker, "ws-2", prompt)
+    synced = sample_once(worker, "ws-2", prompt)
     after = mean_abs_gap(trainer, synced, prompt)
     assert after < 1e-3, f"after the sync the gap is {after}"
     assert all(v == 7 for s in synced for v in s.versions)

@@ -107,6 +107,9 @@ class TrainEngine(Protocol):
     def full_weights(self) -> dict[str, torch.Tensor]:
         """Every parameter whole, fp32 on the CPU, by HF name (rank 0; others get {})."""
 
+    def sync_weights(self) -> dict[str, torch.Tensor]:
+        """What the rollout engines load: the full weights, or a served adapter's tensors (rank 0; others get {})."""
+
     def save(self, path: str) -> str:
         """An HF checkpoint plus the state an exact continuation needs (rank 0 writes)."""
 

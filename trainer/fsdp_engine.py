@@ -406,6 +406,18 @@ class FSDPEngine:
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return {n: full[n].to(torch.float32).contiguous() for n in names if n in full}
 
+    def sync_weights(self) -> dict[str, torch.Tensor]:
+        """What the rollout engines load: ``full_weights``, or with LoRA served as an adapter (``lora.sync``) only the
+        adapter's tensors, fp32 on the CPU, by the names PEFT saves them under."""
+        if self.spec.lora is None or self.spec.lora.sync == "merged":
+            return self.full_weights()
+        from peft import get_peft_model_state_dict
+
+        return {
+            n: t.detach().to("cpu", torch.float32).contiguous()
+            for n, t in get_peft_model_state_dict(self.model).items()
+        }
+
     def _full_optimizer_state(self) -> dict:
         """AdamW's state keyed by parameter name, whole (rank 0; gathers when sharded): one checkpoint format for
         any number of ranks."""

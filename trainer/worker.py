@@ -67,12 +67,13 @@ class TrainerWorker:
         return self.engine.state_digest()
 
     def weights_for_sync(self, path: str | None = None) -> bytes | str | None:
-        """HF-format named parameters in safetensors format (tied weights appear once): as bytes, or written to
-        the file ``path`` (complete once it exists: written under a temporary name, then renamed) and its path.
-        Rank 0 answers; other ranks take part in the gather and return None."""
+        """What the engines load (``TrainEngine.sync_weights``: HF-named parameters, tied weights once, or a LoRA
+        adapter's tensors) in safetensors format: as bytes, or written to the file ``path`` (complete once it
+        exists: written under a temporary name, then renamed) and its path. Rank 0 answers; other ranks take part
+        in the gather and return None."""
         from safetensors.torch import save, save_file
 
-        named = self.engine.full_weights()
+        named = self.engine.sync_weights()
         if self.rank > 0:
             return None
         if path is None:
