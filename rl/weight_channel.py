@@ -15,6 +15,7 @@ load, or (``interrupt``) aborted and resubmitted with their partial responses.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import time
@@ -173,7 +174,10 @@ class NativeWeightChannel:
         self.interrupt = interrupt
 
     async def start(self) -> None:
-        await self.trainer.init_native_weight_sync.remote(self.backend, list(self.rollout_workers))
+        from rl.rollout.vllm_weight_sender import NativeWeightSender
+
+        make_sender = functools.partial(NativeWeightSender, self.backend)  # built in the trainer's process
+        await self.trainer.init_native_weight_sync.remote(make_sender, list(self.rollout_workers))
 
     def export(self) -> None:
         return None

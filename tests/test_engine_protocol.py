@@ -1,5 +1,6 @@
-"""The inference-engine seam: vLLM's adapter implements ``InferenceEngine`` and is the only module that imports vLLM;
-the group runner, rollout worker and rollout benchmark name the protocol, not the adapter's class."""
+"""The inference-engine seam: vLLM's adapter implements ``InferenceEngine``; only it and the native weight sender (both
+in rollout/) import vLLM; the group runner, rollout worker and rollout benchmark name the protocol, not the adapter's
+class; the trainer package never imports the rollout package."""
 
 import inspect
 import re
@@ -38,10 +39,17 @@ def test_only_the_adapter_imports_vllm_and_the_callers_name_the_protocol():
         for path in (ROOT / package).rglob("*.py")
         if re.search(r"^\s*(import vllm|from vllm[ .])", path.read_text(), re.M)
     ]
-    assert importers == ["rollout/vllm_adapter.py"]
+    assert sorted(importers) == ["rollout/vllm_adapter.py", "rollout/vllm_weight_sender.py"]
     for caller in ["rollout/group_runner.py", "rollout/worker.py", "rl/bench/rollout.py"]:
         text = (ROOT / caller).read_text()
         assert "InferenceEngine" in text and "VllmEngine" not in text, caller
+
+
+def test_the_trainer_package_does_not_import_the_rollout_package():
+    importers = [
+        path.name for path in (ROOT / "trainer").rglob("*.py") if re.search(r"\brl\.rollout\b", path.read_text())
+    ]
+    assert importers == []
 
 
 def test_the_worker_hands_native_weight_transfer_calls_to_the_engine_unchanged():

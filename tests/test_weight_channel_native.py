@@ -44,7 +44,7 @@ def test_native_channel_pauses_sends_stamps_and_resumes():
     report = asyncio.run(channel.send(5))
 
     names = [entry[0] for entry in log]
-    assert names[0] == "t.init_native_weight_sync" and log[0][1] == "nccl" and log[0][2] == workers
+    assert names[0] == "t.init_native_weight_sync" and log[0][1].args == ("nccl",) and log[0][2] == workers
     assert names[1:3] == ["w0.pause", "w1.pause"] and log[1][1] is True  # interrupt: pause with abort
     assert names[3] == "t.send_native_weights"
     assert names[4:6] == ["w0.update_weight_version", "w1.update_weight_version"] and log[4][1] == "5"

@@ -11,11 +11,20 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from rl.trainer.engine import TrainEngine, TrainerSpec, make_train_engine
 
 from rl.types import Group
+
+
+class WeightSender(Protocol):
+    """The sending side of a native weight transfer, built on rank 0 from the policy module."""
+
+    def send(self) -> None:
+        """Push the current parameters to every rollout engine."""
 
 
 class TrainerWorker:
@@ -87,14 +96,14 @@ class TrainerWorker:
 
         return ray.get_runtime_context().get_node_id()
 
-    def init_native_weight_sync(self, backend: str, rollout_handles: list) -> None:
-        """Rank 0: open vLLM's native weight transfer (``nccl`` / ``ipc``) to the rollout workers (GPU only)."""
-        from rl.rollout.vllm_adapter import NativeWeightSender
-
+    def init_native_weight_sync(
+        self, make_sender: Callable[[torch.nn.Module, list], WeightSender], rollout_handles: list
+    ) -> None:
+        """Rank 0: open a native weight transfer to the rollout workers (vLLM's ``nccl`` / ``ipc`` on GPUs):
+        ``make_sender(policy module, rollout handles)`` builds the sender (the weight channel chooses it)."""
         if self.world_size > 1:
             raise ValueError("vLLM's native weight transfer sends whole parameters: it needs train.num_workers=1")
-
-        self.sender = NativeWeightSender(backend, self.engine.model, rollout_handles)
+        self.sender = make_sender(self.engine.model, rollout_handles)
 
     def send_native_weights(self) -> float:
         """Push the current parameters through the native transfer; returns the seconds it took."""
