@@ -1,4 +1,5 @@
-"""Starting Ray and the actors of a run: rollout workers, trainer workers, the trajectory buffer, SART's scorer."""
+"""Starting Ray and the actors of a run: rollout workers, trainer workers, the trajectory buffer, SART's scorer, all
+gathered into the ``Fleet`` the driver takes (``start_fleet``)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from typing import Any
 from rl import console
 from rl.buffer import TrajectoryBuffer
 from rl.config import RunConfig
+from rl.fleet import Fleet, RestartCounters, RolloutPool
 from rl.models import resolve_model
 from rl.rollout.engine import EngineSpec
 from rl.rollout.scorer_worker import ScorerSpec, remote_scorer_worker
 from rl.rollout.worker import remote_rollout_worker
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
+from rl.weight_channel import make_weight_channel
 
 log = logging.getLogger("rl.actors")
 LOOPBACK = "127.0.0.1"
@@ -61,6 +64,27 @@ def _loopback_node() -> None:
 
     os.environ.update(LOOPBACK_ENV)
     ray_constants.ENABLE_RAY_CLUSTER = False  # the same rule in this process, where Ray read it at import
+
+
+def start_fleet(cfg: RunConfig, model_dir: str, counters: RestartCounters) -> Fleet:
+    """Every actor of a run (Ray must be up): rollout workers (replaced when one dies, while
+    ``rollout.max_restarts`` allows and the cpu channel can load weights into a new one), SART's scorer, the trainer
+    ranks, the trajectory buffer, and the weight channel between them."""
+    transport = cfg.weight_sync.transport
+
+    def replacement(index: int) -> Any:
+        return start_rollout_workers(cfg, model_dir, range(index, index + 1))[0]
+
+    pool = RolloutPool(
+        start_rollout_workers(cfg, model_dir),
+        counters,
+        start_worker=replacement if transport == "cpu" else None,
+        max_restarts=cfg.rollout.max_restarts,
+    )
+    scorer = start_scorer(cfg, model_dir) if cfg.shaping.scorer_worker else None
+    trainers = start_trainers(cfg, model_dir)
+    channel = make_weight_channel(transport, trainers, pool.live, cfg.rollout.partial_rollouts == "resubmit")
+    return Fleet(pool, trainers, start_buffer(cfg), channel, scorer)
 
 
 def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None = None) -> list[Any]:

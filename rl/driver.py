@@ -15,6 +15,7 @@ import math
 import pickle
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from ray.exceptions import RayActorError
 from tqdm import tqdm
 
 from rl import checkpoint
-from rl.actors import start_buffer, start_ray, start_rollout_workers, start_scorer, start_trainers
+from rl.actors import start_fleet, start_ray
 from rl.admission import AdmissionControl
 from rl.advantages import compute_advantages
 from rl.balance import balanced_shards, round_robin_shards
@@ -31,6 +32,7 @@ from rl.config import RunConfig
 from rl.console import step_postfix
 from rl.data.stream import PromptStream
 from rl.evaluation import evaluate
+from rl.fleet import Fleet
 from rl.metrics import MetricsLogger, summarize_groups
 from rl.preflight import RunInputs, preflight
 from rl.rewards.pool import RewardPool
@@ -39,7 +41,6 @@ from rl.rollout.vllm_adapter import SamplingSpec
 from rl.shaping.factory import make_policy, shaping_options
 from rl.shaping.idle_governor import IdleGovernor
 from rl.types import Group, PromptRow
-from rl.weight_channel import make_weight_channel
 
 log = logging.getLogger("rl.driver")
 
@@ -81,11 +82,22 @@ class RunCounters:
         return self.groups_started - placed - open_groups
 
 
+ActorStarter = Callable[[RunConfig, str, "RunCounters"], Fleet]  # config, model directory, counters -> the actors
+
+
 class Driver:
-    def __init__(self, cfg: RunConfig, inputs: RunInputs | None = None, resume: Path | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        inputs: RunInputs | None = None,
+        resume: Path | None = None,
+        start_actors: ActorStarter | None = None,
+    ) -> None:
         """``inputs``: what ``preflight(cfg)`` loaded (checked here when not given); ``resume``: a complete
-        checkpoint of this run to continue from (see ``rl.checkpoint.resume_config``)."""
+        checkpoint of this run to continue from (see ``rl.checkpoint.resume_config``); ``start_actors``: builds
+        the run's ``Fleet`` (default: Ray actors, starting or joining Ray first)."""
         self.cfg = cfg
+        self.start_actors = start_actors
         inputs = inputs or preflight(cfg)
         self.model_dir = inputs.model_dir
         self.train_rows = inputs.train_rows
@@ -130,7 +142,9 @@ class Driver:
         import ray
 
         cfg = self.cfg
-        owns_ray = start_ray(cfg)
+        owns_ray, start_actors = False, self.start_actors
+        if start_actors is None:
+            owns_ray, start_actors = start_ray(cfg), start_fleet
         loop = asyncio.get_running_loop()
         for signum in STOP_SIGNALS:  # after ray.init, whose own SIGTERM handler would abort the process
             loop.add_signal_handler(signum, self.request_stop, signum)
@@ -144,16 +158,7 @@ class Driver:
             cfg.reward.timeout_s,
             cfg.reward.on_failure,
         )
-        self.workers = start_rollout_workers(cfg, self.model_dir)
-        self.live = list(self.workers)  # rollout workers still answering; a dead one is removed, the run goes on
-        self.restarting = 0  # replacements being started
-        self.background: set[asyncio.Task] = set()
-        self.scorer = start_scorer(cfg, self.model_dir) if cfg.shaping.scorer_worker else None
-        self.trainers = start_trainers(cfg, self.model_dir)
-        self.buffer = start_buffer(cfg)
-        self.channel = make_weight_channel(
-            cfg.weight_sync.transport, self.trainers, self.live, cfg.rollout.partial_rollouts == "resubmit"
-        )
+        self.fleet = start_actors(cfg, self.model_dir, self.counters)
         if not self.resume:
             checkpoint.start_fresh(cfg.run_dir)
             checkpoint.save_config(cfg)
@@ -164,12 +169,12 @@ class Driver:
             config=cfg.model_dump(mode="json"),
         )
         try:
-            await self.channel.start()
+            await self.fleet.channel.start()
             t0 = time.monotonic()
-            stats = await asyncio.gather(*[w.stats.remote() for w in self.workers])
+            stats = await asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])
             log.info("rollout engines up in %.1f s", max(s["startup_s"] for s in stats))
-            if self.scorer:
-                log.info("scorer worker up in %.1f s", (await self.scorer.stats.remote())["startup_s"])
+            if self.fleet.scorer:
+                log.info("scorer worker up in %.1f s", (await self.fleet.scorer.stats.remote())["startup_s"])
             if self.resume:
                 await self._restore()
             else:
@@ -182,7 +187,7 @@ class Driver:
             if self.failure:
                 raise RunFailed(self.failure)
             train_seconds = time.monotonic() - t0
-            finished = self.stop_signal is None and bool(self.live)
+            finished = self.stop_signal is None and bool(self.fleet.rollout.live)
             after = await self._evaluate("after") if finished else {"accuracy": math.nan}
             saved = checkpoint.complete_checkpoints(cfg.run_dir)
             if cfg.train.save_checkpoint and not (saved and checkpoint.step_of(saved[-1]) == self.version):
@@ -195,7 +200,7 @@ class Driver:
                 "stopped_by": signal.Signals(self.stop_signal).name if self.stop_signal else None,
                 "checkpoint": str(saved[-1]) if cfg.train.save_checkpoint and saved else None,
                 "engine_startup_s": max(s["startup_s"] for s in stats),
-                "buffer": await self.buffer.stats.remote(),
+                "buffer": await self.fleet.buffer.stats.remote(),
                 "rollout_errors": self.counters.rollout_errors,
                 "dead_workers": self.counters.dead_workers,
                 "restarted_workers": self.counters.restarted_workers,
@@ -216,29 +221,22 @@ class Driver:
         finally:
             for signum in STOP_SIGNALS:
                 loop.remove_signal_handler(signum)
-            for task in self.background:  # a replacement still starting when the run ends
-                task.cancel()
             self.logger.close()
             self.rewards.close()
-            await asyncio.gather(*[w.shutdown.remote() for w in self.workers], return_exceptions=True)
-            for actor in [*self.workers, *self.trainers, self.buffer, *([self.scorer] if self.scorer else [])]:
-                ray.kill(actor)
+            await self.fleet.shutdown()
             if owns_ray:
                 ray.shutdown()
 
     async def continuous_rollouts(self) -> None:
         """Plan prompts a batch at a time; start each group as soon as admission allows."""
         in_flight: set[asyncio.Task] = set()
-        turns = itertools.count()
         for chunk in self.stream.chunks():
             plans = self.policy.plan([row.prompt_id for _, row in chunk])
             for (position, row), plan in zip(chunk, plans, strict=True):
                 await self.admission.acquire()
-                while not self.live and self.restarting:  # every worker died; wait for a replacement
-                    await asyncio.sleep(0.2)
-                if not self.live:  # every rollout worker died for good; the trainer side stops the run
+                if not await self.fleet.rollout.wait_for_a_live_worker():  # the trainer side stops the run
                     return
-                worker = self.live[next(turns) % len(self.live)]
+                worker = self.fleet.rollout.next()
                 task = asyncio.create_task(self.produce_group(worker, position, row, plan))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
@@ -257,14 +255,14 @@ class Driver:
                 self.sampling,
                 self.policy.controller(plan),
                 self.progress_every_s,
-                ScorerClient(self.scorer, row.prompt) if self.scorer else None,
+                ScorerClient(self.fleet.scorer, row.prompt) if self.fleet.scorer else None,
             )
             group = await self._score(row, prompt_tokens, result)
             if group is not None:
                 group.position = position
                 self.policy.observe(row.prompt_id, [len(s.tokens) for s in group.samples])
             if group is not None and not self._filtered_out(group):
-                await self.buffer.put.remote(group)
+                await self.fleet.buffer.put.remote(group)
                 accepted = True
             else:  # dropped; ``_score`` or ``_filtered_out`` counted why
                 self._finish(position)
@@ -288,43 +286,20 @@ class Driver:
         self.stream.finish(position)
 
     def _lost(self, worker: Any) -> None:
-        """A rollout worker died: route new groups to the others and start a replacement while restarts are left;
-        with no worker left and none coming, stop the run cleanly."""
-        if worker in self.live:
-            self.live.remove(worker)
-            self.counters.dead_workers += 1
-            log.error("a rollout worker died; %d left", len(self.live))
-            restartable = self.cfg.weight_sync.transport == "cpu"
-            if restartable and self.counters.dead_workers <= self.cfg.rollout.max_restarts:
-                self.restarting += 1
-                task = asyncio.create_task(self._restart(self.workers.index(worker)))
-                self.background.add(task)
-                task.add_done_callback(self.background.discard)
-        self._stop_if_no_worker_left()
+        """A rollout worker died: the pool takes it out of the rotation and replaces it while restarts are left."""
+        self.fleet.rollout.lost(worker, self._load_current, self._no_worker_left)
 
-    async def _restart(self, index: int) -> None:
-        """Start a replacement for rollout worker ``index`` (same CPU bind), load the current weights into it, then
-        put it in the rotation."""
-        try:
-            (worker,) = start_rollout_workers(self.cfg, self.model_dir, range(index, index + 1))
-            self.workers.append(worker)  # shut down with the others whatever happens next
-            loaded = None
-            while loaded != self.version:  # a sync may land while this one loads: then load again
-                loaded = self.version
-                await worker.load_weights.remote(self.channel.export_bytes(), loaded, False)
-            self.live.append(worker)
-            self.counters.restarted_workers += 1
-            log.warning("a replacement rollout worker joined at version %d; %d live", loaded, len(self.live))
-        except Exception as e:
-            log.error("restarting a rollout worker failed: %s", e)
-        finally:
-            self.restarting -= 1
-            self._stop_if_no_worker_left()
+    async def _load_current(self, worker: Any) -> int:
+        """Load the trainer's current weights into a new rollout worker; returns the version it serves."""
+        loaded = None
+        while loaded != self.version:  # a sync may land while this one loads: then load again
+            loaded = self.version
+            await worker.load_weights.remote(self.fleet.channel.export_bytes(), loaded, False)
+        return loaded
 
-    def _stop_if_no_worker_left(self) -> None:
-        if not self.live and not self.restarting:
-            log.error("no rollout worker left; stopping")
-            self.stopping.set()
+    def _no_worker_left(self) -> None:
+        log.error("no rollout worker left; stopping")
+        self.stopping.set()
 
     async def _score(self, row: PromptRow, prompt_tokens: list[int], result: Any) -> Group | None:
         samples = result.samples
@@ -351,7 +326,7 @@ class Driver:
             "generated_tokens": result.generated_tokens,
             "resubmitted": result.resubmits,
             "seconds": result.seconds,
-            **({"scored_texts": result.scored, "score_failures": result.score_failures} if self.scorer else {}),
+            **({"scored_texts": result.scored, "score_failures": result.score_failures} if self.fleet.scorer else {}),
         }
         return Group(
             prompt=row,
@@ -406,10 +381,10 @@ class Driver:
             for group in groups:
                 self._finish(group.position)
             self.counters.groups_trained += len(groups)
-            for position in await self.buffer.take_dropped_positions.remote():
+            for position in await self.fleet.buffer.take_dropped_positions.remote():
                 self.counters.drop("stale")
                 self._finish(position)
-            buffer_stats = await self.buffer.stats.remote()
+            buffer_stats = await self.fleet.buffer.stats.remote()
             await self.admission.forget(buffer_stats.get("dropped_stale", 0) - self.admission.forgotten)
             batch_stats = summarize_groups(groups, self.version)
             self.version = step
@@ -487,12 +462,12 @@ class Driver:
 
     async def _on_every_rank(self, method: str, *args: Any) -> Any:
         """Call ``method`` on every trainer rank at once (their gathers meet); returns rank 0's answer."""
-        return (await asyncio.gather(*[getattr(t, method).remote(*args) for t in self.trainers]))[0]
+        return (await asyncio.gather(*[getattr(t, method).remote(*args) for t in self.fleet.trainers]))[0]
 
     async def _restore(self) -> None:
         """Load the checkpoint into every trainer rank and the rollout engines; log what was restored."""
         path = str(self.resume)
-        await asyncio.gather(*[t.load.remote(path) for t in self.trainers])
+        await asyncio.gather(*[t.load.remote(path) for t in self.fleet.trainers])
         saved = checkpoint.read_driver_state(self.resume)
         digest = await self._on_every_rank("state_digest")
         if digest != saved["trainer_digest"]:
@@ -521,14 +496,15 @@ class Driver:
         """
         t0 = time.monotonic()
         await self._synced()
-        if self.cfg.train.max_staleness >= 1 and self.channel.overlaps:
-            self.pending_sync = asyncio.create_task(self._publish(self.version, self.channel.export()))
+        channel = self.fleet.channel
+        if self.cfg.train.max_staleness >= 1 and channel.overlaps:
+            self.pending_sync = asyncio.create_task(self._publish(self.version, channel.export()))
         else:
             await self._publish(self.version, None)
         return {**self.last_sync, "weight_sync_wait_s": time.monotonic() - t0}
 
     async def _publish(self, version: int, exported: Any) -> None:
-        report = await self.channel.send(version, exported)
+        report = await self.fleet.channel.send(version, exported)
         for worker in report.dead:
             self._lost(worker)
         await self.admission.set_trainer_version(version)
@@ -546,13 +522,14 @@ class Driver:
 
     async def _batch_step(self) -> tuple[list[Group], list[dict[str, float]]]:
         """Take a whole batch, compute its advantages, one ``train_step`` per data-parallel rank."""
-        groups = await self._unless_stopping(self.buffer.get_batch.remote(self.cfg.train.batch_groups, self.version))
+        groups = await self._unless_stopping(
+            self.fleet.buffer.get_batch.remote(self.cfg.train.batch_groups, self.version)
+        )
         assign_advantages(self.cfg.algorithm.advantage, groups)
         split = balanced_shards if self.cfg.train.dp_balance == "tokens" else round_robin_shards
-        shards = split(groups, len(self.trainers))
-        results = await asyncio.gather(
-            *[t.train_step.remote(shard) for t, shard in zip(self.trainers, shards, strict=True)]
-        )
+        trainers = self.fleet.trainers
+        shards = split(groups, len(trainers))
+        results = await asyncio.gather(*[t.train_step.remote(shard) for t, shard in zip(trainers, shards, strict=True)])
         return groups, results
 
     async def _streamed_step(self) -> tuple[list[Group], list[dict[str, float]]]:
@@ -564,12 +541,12 @@ class Driver:
         groups: list[Group] = []
         pending = []
         for i in range(self.cfg.train.batch_groups):
-            group = (await self._unless_stopping(self.buffer.get_batch.remote(1, self.version)))[0]
+            group = (await self._unless_stopping(self.fleet.buffer.get_batch.remote(1, self.version)))[0]
             assign_advantages(self.cfg.algorithm.advantage, [group])  # group-local estimators only (config check)
             groups.append(group)
-            pending.append(self.trainers[i % len(self.trainers)].accumulate.remote([group]))
+            pending.append(self.fleet.trainers[i % len(self.fleet.trainers)].accumulate.remote([group]))
         await asyncio.gather(*pending)
-        results = await asyncio.gather(*[t.finish_step.remote() for t in self.trainers])
+        results = await asyncio.gather(*[t.finish_step.remote() for t in self.fleet.trainers])
         return groups, results
 
     async def _unless_stopping(self, ref: Any) -> Any:
@@ -583,7 +560,9 @@ class Driver:
         raise RunStopped
 
     async def _evaluate(self, tag: str) -> dict[str, float]:
-        metrics = await evaluate(self.test_rows, self.live, self.encoder, self.rewards, self.eval_sampling, tag)
+        metrics = await evaluate(
+            self.test_rows, self.fleet.rollout.live, self.encoder, self.rewards, self.eval_sampling, tag
+        )
         self.logger.log(self.version, metrics, kind="eval")
         tqdm.write(  # above the training bar, which a print would break
             f"[eval {tag}] step {self.version}: held-out accuracy {metrics['accuracy']:.3f} "

@@ -29,7 +29,7 @@ def run_killing_after_first_step(driver: Driver, victim: int) -> dict:
     async def kill_after_first_step() -> None:
         while driver.version < 1:
             await asyncio.sleep(0.05)
-        ray.kill(driver.workers[victim])
+        ray.kill(driver.fleet.rollout.started[victim])
 
     async def scenario() -> dict:
         killer = asyncio.create_task(kill_after_first_step())
@@ -70,7 +70,8 @@ def test_the_only_rollout_worker_is_replaced(ray_session, tiny_model_dir, tmp_pa
     summary = run_killing_after_first_step(driver, victim=0)
 
     assert summary["steps"] == 5 and summary["dead_workers"] == 1 and summary["restarted_workers"] == 1
-    assert len(driver.workers) == 2 and driver.live == [driver.workers[1]]  # the replacement is the one serving
+    pool = driver.fleet.rollout
+    assert len(pool.started) == 2 and pool.live == [pool.started[1]]  # the replacement is the one serving
     assert 0.0 <= summary["accuracy_after"] <= 1.0  # evaluated on the replacement
     train = [
         r

@@ -1,0 +1,135 @@
+"""The run's actors as one object the driver takes.
+
+``Fleet`` holds the rollout workers (a ``RolloutPool``), the trainer ranks, the trajectory buffer, SART's scorer and
+the weight channel, and shuts them all down. ``RolloutPool`` knows which rollout workers are live, hands them out
+round robin, and replaces one that died. ``rl.actors.start_fleet`` builds a fleet of Ray actors from a config; a
+test builds one from in-process stand-ins with the same async methods (tests/test_driver_fleet.py), so the driver's
+logic runs without Ray or vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rl.weight_channel import WeightChannel
+
+log = logging.getLogger("rl.fleet")
+
+
+class RestartCounters(Protocol):
+    """Where the pool counts deaths and replacements (the driver's checkpointed counters)."""
+
+    dead_workers: int
+    restarted_workers: int
+
+
+class RolloutPool:
+    """The rollout workers of a run.
+
+    Invariants: every worker ever started is in ``started`` (all are shut down at the end); ``live`` holds those
+    still answering, in ``started``, and is never rebound (the weight channel sends to this very list); a worker
+    that died is replaced while ``counters.dead_workers <= max_restarts`` and a replacement joins ``live`` only
+    after loading the current weights.
+    """
+
+    def __init__(
+        self,
+        workers: list[Any],
+        counters: RestartCounters,
+        start_worker: Callable[[int], Any] | None = None,
+        max_restarts: int = 0,
+    ) -> None:
+        self.started = list(workers)
+        self.live = list(workers)
+        self.counters = counters
+        self.start_worker = start_worker  # index -> a new worker in that slot (same CPU bind); None: no restarts
+        self.max_restarts = max_restarts
+        self.restarting = 0  # replacements being started
+        self._turns = itertools.count()
+        self._replacements: set[asyncio.Task] = set()
+
+    def next(self) -> Any:
+        """The next live worker, round robin (only while ``live`` is not empty)."""
+        return self.live[next(self._turns) % len(self.live)]
+
+    @property
+    def exhausted(self) -> bool:
+        """No worker is live and none is starting: no more rollouts can come."""
+        return not self.live and not self.restarting
+
+    async def wait_for_a_live_worker(self) -> bool:
+        """Wait while every worker is dead and a replacement is starting; False once none is left for good."""
+        while not self.live and self.restarting:
+            await asyncio.sleep(0.2)
+        return bool(self.live)
+
+    def lost(
+        self, worker: Any, load_current: Callable[[Any], Awaitable[int]], on_exhausted: Callable[[], None]
+    ) -> None:
+        """``worker`` died: take it out of the rotation, start a replacement while restarts are left
+        (``load_current(new)`` loads the current weights into it and returns their version), and call
+        ``on_exhausted`` once no worker is left and none is coming."""
+        if worker in self.live:
+            self.live.remove(worker)
+            self.counters.dead_workers += 1
+            log.error("a rollout worker died; %d left", len(self.live))
+            if self.start_worker is not None and self.counters.dead_workers <= self.max_restarts:
+                self.restarting += 1
+                task = asyncio.create_task(self._replace(self.started.index(worker), load_current, on_exhausted))
+                self._replacements.add(task)
+                task.add_done_callback(self._replacements.discard)
+        if self.exhausted:
+            on_exhausted()
+
+    async def _replace(
+        self, index: int, load_current: Callable[[Any], Awaitable[int]], on_exhausted: Callable[[], None]
+    ) -> None:
+        assert self.start_worker is not None
+        try:
+            worker = self.start_worker(index)
+            self.started.append(worker)  # shut down with the others whatever happens next
+            version = await load_current(worker)
+            self.live.append(worker)
+            self.counters.restarted_workers += 1
+            log.warning("a replacement rollout worker joined at version %d; %d live", version, len(self.live))
+        except Exception as e:
+            log.error("restarting a rollout worker failed: %s", e)
+        finally:
+            self.restarting -= 1
+            if self.exhausted:
+                on_exhausted()
+
+    async def shutdown(self) -> None:
+        """Stop replacements still starting, then every engine ever started (a dead one's call just fails)."""
+        for task in self._replacements:
+            task.cancel()
+        await asyncio.gather(*[w.shutdown.remote() for w in self.started], return_exceptions=True)
+
+
+def _ray_kill(actor: Any) -> None:
+    import ray
+
+    ray.kill(actor)
+
+
+@dataclass
+class Fleet:
+    """Every actor of a run, and the channel that carries weights from the trainer ranks to the rollout pool."""
+
+    rollout: RolloutPool
+    trainers: list[Any]  # data-parallel ranks; rank 0 first
+    buffer: Any  # the trajectory buffer (``rl.buffer.TrajectoryBuffer``'s methods)
+    channel: WeightChannel
+    scorer: Any | None = None  # SART's scorer worker, when its scorer is a model
+    kill: Callable[[Any], None] = _ray_kill  # ends an actor's process
+
+    async def shutdown(self) -> None:
+        """Shut the engines down, then end every actor."""
+        await self.rollout.shutdown()
+        for actor in [*self.rollout.started, *self.trainers, self.buffer, *([self.scorer] if self.scorer else [])]:
+            self.kill(actor)
