@@ -39,9 +39,13 @@ QUIET: dict[str, str] = {
     # consequences of the engine settings Tailor chooses (eager mode, a seeded in-process engine, SSM defaults)
     "engine_settings": r"Enforce eager set, disabling|Inductor compilation was disabled|global random seed is set"
     r"|Reset SSM cache type|CPU backend doesn't allow to use `torch\.set_num_threads` after the thread binding",
-    # vLLM deprecations inside vLLM itself, not in how Tailor calls it
+    # vLLM deprecations inside vLLM itself, not in how Tailor calls it; with LoRA served, its notice that adapters
+    # share the base model's tokenizer (Tailor's adapters carry none)
     "vllm_internal_deprecations": r"Passing raw prompts to InputProcessor is deprecated|`torch\.distributed\.reduce_op`"
-    r" is deprecated",
+    r" is deprecated|deprecated support for supporting different tokenizers for different LoRAs",
+    # math-verify's notice that its signal-based timeouts are off (a reward called off the main thread): the reward
+    # pool's own timeout bounds every call
+    "math_verify_timeout": r"Timeout is disabled as (parsing_timeout|timeout_seconds) is None",
 }
 _QUIET = re.compile("|".join(f"(?:{p})" for p in QUIET.values()))
 # engine and Ray INFO/DEBUG lines: vLLM's "INFO 11-24 20:24:23 [file.py:12]", Ray's "\tINFO file.py:50 --"

@@ -30,6 +30,9 @@ def test_engine_chatter_and_known_harmless_lines_are_not_shown():
         "[W1124 20:24:31.463876640 utils.cpp:68] Warning: NUMA binding: Using MEMBIND policy for memory allocation",
         "Triton is installed, but doesn't include CPU backend. Disabling Triton.",
         "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:00<00:00, 105.20it/s]",
+        "(MainProcess pid=8029) WARNING 11-25 03:31:49 [input_processor.py:289] vLLM has deprecated support for "
+        "supporting different tokenizers for different LoRAs. By default, vLLM uses base model's tokenizer.",
+        "03:27:23 WARNING Timeout is disabled as parsing_timeout is None or <= 0, you must provide the logic",
         "",
     ]
     assert [line for line in hidden if shown(line)] == []
