@@ -269,11 +269,12 @@ class LoraConfig(Strict):
         min_length=1,
         description="names of the linear layers that get adapters",
     )
-    sync: Literal["adapter", "merged"] = Field(
-        default="adapter",
+    sync: Literal["auto", "adapter", "merged"] = Field(
+        default="auto",
         description="adapter: the engines serve the base model plus the adapter (vLLM's LoRA support) and a sync "
-        "sends only the adapter tensors; merged: a sync sends whole merged weights (for engines without LoRA "
-        "support)",
+        "sends only the adapter tensors; merged: a sync sends whole merged weights; auto: adapter where the "
+        "engines have GPUs, merged on CPU (vLLM's CPU LoRA kernels halve decoding speed, which costs more than the "
+        "smaller sync saves: README, LoRA)",
     )
 
 
@@ -505,7 +506,7 @@ class RunConfig(Strict):
                 "train.lora trains on one rank and syncs through the cpu channel: it needs train.num_workers=1 and "
                 "weight_sync.transport=cpu"
             )
-        if self.train.lora is not None and self.train.lora.sync == "adapter" and self.train.lora.rank > 512:
+        if self.train.lora is not None and self.train.lora.sync != "merged" and self.train.lora.rank > 512:
             raise ValueError(
                 f"train.lora.rank={self.train.lora.rank}: vLLM serves adapters up to rank 512; lower the rank or "
                 "set train.lora.sync=merged"

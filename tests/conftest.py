@@ -27,6 +27,14 @@ def encode(tiny_model_dir):
 
 
 @pytest.fixture(scope="session")
+def user_train_run(tiny_model_dir, tmp_path_factory):
+    """One ``rl train`` run as a user runs it, watched (tests/user_run.py); the console and loopback tests read it."""
+    from user_run import run_rl_train
+
+    return run_rl_train(tmp_path_factory.mktemp("user-run"))
+
+
+@pytest.fixture(scope="session")
 def ray_session():
     import ray
 

@@ -128,13 +128,12 @@ def _assert_quiet(text: str, max_lines: int) -> None:
 
 
 @pytest.mark.integration
-def test_rl_train_console_is_short_and_ends_with_a_summary(tiny_model_dir, tmp_path):
-    run = [f"output_dir={tmp_path}", "name=quiet", "train.max_steps=2", "train.batch_groups=2", "shaping.m_keep=2"]
-    run += ["eval.num_problems=2", "eval.every=0", "rollout.cpu_threads_bind=null", "train.save_checkpoint=false"]
-    text = _console(["train", "arith_tiny", *run], tmp_path)
+def test_rl_train_console_is_short_and_ends_with_a_summary(user_train_run):
+    text = user_train_run.console
+    assert user_train_run.returncode == 0, text[-3000:]
     _assert_quiet(text, 30)
     assert "held-out accuracy:" in text and "rollout engines up in" in text and "s/step" in text
-    run_dir = tmp_path / "quiet"
+    run_dir = user_train_run.run_dir
     assert '"steps": 2' in (run_dir / "summary.json").read_text()
     synced = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("weight_sync_s", 0) > 0 for r in synced)  # weight syncs ran, yet no load warning was shown

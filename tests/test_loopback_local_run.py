@@ -2,43 +2,11 @@
 
 import ipaddress
 import os
-import subprocess
-import sys
-import time
 
-import psutil
 import pytest
 
 from rl.actors import LOOPBACK_ENV, start_ray
 from rl.config import load_config
-
-SMALL_RUN = [
-    "train.max_steps=1",
-    "train.batch_groups=2",
-    "shaping.m_keep=2",
-    "eval.num_problems=2",
-    "eval.every=0",
-    "rollout.cpu_threads_bind=null",
-    "train.save_checkpoint=false",
-]
-
-
-def _listening(root: psutil.Process) -> set[tuple[str, str, int]]:
-    """(process name, address, port) of every listening TCP socket of ``root`` and its descendants."""
-    found = set()
-    try:
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return found
-    for proc in procs:
-        try:
-            name = proc.name()
-            for conn in proc.net_connections(kind="inet"):
-                if conn.status == psutil.CONN_LISTEN:
-                    found.add((name, conn.laddr.ip, conn.laddr.port))
-        except psutil.Error:  # the process ended between the listing and the look
-            continue
-    return found
 
 
 def _is_loopback(address: str) -> bool:
@@ -47,26 +15,14 @@ def _is_loopback(address: str) -> bool:
 
 
 @pytest.mark.integration
-def test_a_local_run_listens_on_loopback_only(tiny_model_dir, tmp_path):
+def test_a_local_run_listens_on_loopback_only(user_train_run):
     """``rl train`` on one machine: Ray's GCS, raylet, agents, every actor and the vLLM engine, sampled every half
     second for the whole run, listen on 127.0.0.1 and nowhere else."""
-    cmd = [sys.executable, "-m", "rl.cli", "train", "arith_tiny", *SMALL_RUN, f"output_dir={tmp_path}", "name=lo"]
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # as a user's run: the engine core in its own process
-    log = tmp_path / "train.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    root, seen = psutil.Process(proc.pid), set()
-    try:
-        while proc.poll() is None:
-            seen |= _listening(root)
-            time.sleep(0.5)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
-    names = {name for name, _, _ in seen}
-    assert {"gcs_server", "raylet"} <= names and any("Worker" in n for n in names), seen  # the listing saw the run
-    assert [s for s in seen if not _is_loopback(s[1])] == [], "listening outside loopback"
+    run = user_train_run
+    assert run.returncode == 0, run.console[-3000:]
+    names = {name for name, _, _ in run.listening}
+    assert {"gcs_server", "raylet"} <= names and any("Worker" in n for n in names), run.listening  # it saw the run
+    assert [s for s in run.listening if not _is_loopback(s[1])] == [], "listening outside loopback"
 
 
 def test_joining_a_cluster_is_unchanged(monkeypatch):

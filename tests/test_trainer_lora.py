@@ -56,13 +56,28 @@ def test_a_lora_checkpoint_continues_exactly(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.integration
-def test_a_lora_run_trains_syncs_and_checkpoints(ray_session, tiny_model_dir, tmp_path):
-    """`rl train` with train.lora: real Ray, vLLM and torch, a few steps, merged weights synced every step."""
-    cfg = small_run(tmp_path, "lora", "train.max_steps=3", "train.lora.rank=4", "train.save_checkpoint=true")
+def test_a_lora_run_serves_the_adapter_syncs_and_checkpoints(ray_session, tiny_model_dir, tmp_path):
+    """`rl train` with train.lora served as an adapter: real Ray, vLLM (LoRA enabled) and torch, a few steps, only
+    the adapter synced every step, the engine's log-probs still the trainer's."""
+    overrides = ["train.max_steps=3", "train.max_staleness=0", "train.lora.rank=4", "train.lora.sync=adapter"]
+    overrides += ["train.save_checkpoint=true"]  # on-policy, so the log-prob gap compares equal weights
+    cfg = small_run(tmp_path, "lora", *overrides)
     assert run_training(cfg)["steps"] == 3
     train = [r for r in read_records(tmp_path / "lora" / "metrics.jsonl")[0] if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3]
-    assert any(r.get("weight_sync_s", 0) > 0 for r in train)  # merged weights reached the engine (overlapped syncs
+    assert any(r.get("weight_sync_s", 0) > 0 for r in train)  # adapters reached the engine (overlapped syncs
     # report in a later step's record)
+    assert all(r["logprob_gap"] < 1e-3 for r in train)  # base + adapter in vLLM = the trainer's PEFT model
     checkpoint = latest_checkpoint(tmp_path / "lora")
     assert (checkpoint / ADAPTER_FILE).is_file() and (checkpoint / "model.safetensors").is_file()
+
+
+def test_auto_lora_sync_is_merged_on_cpu_and_adapter_on_gpus(monkeypatch, tmp_path):
+    import rl.actors
+
+    cfg = small_run(tmp_path, "auto", "train.lora.rank=4")
+    assert cfg.train.lora.sync == "auto"
+    for gpus, expected in ((False, "merged"), (True, "adapter")):
+        monkeypatch.setattr(rl.actors, "_has_gpus", lambda gpus=gpus: gpus)
+        assert rl.actors.resolve_lora_sync(cfg).train.lora.sync == expected
+    assert rl.actors.resolve_lora_sync(small_run(tmp_path, "full")).train.lora is None

@@ -33,7 +33,7 @@ def mean_abs_gap(trainer: TrainerWorker, samples, prompt: list[int]) -> float:
     return float(np.mean(gaps))
 
 
-LORA_ADAPTER = LoraConfig(rank=4)  # served by vLLM's LoRA support: a sync sends the adapter only
+LORA_ADAPTER = LoraConfig(rank=4, sync="adapter")  # served by vLLM's LoRA support: a sync sends the adapter only
 LORA_MERGED = LoraConfig(rank=4, sync="merged")
 
 

@@ -409,7 +409,7 @@ class FSDPEngine:
     def sync_weights(self) -> dict[str, torch.Tensor]:
         """What the rollout engines load: ``full_weights``, or with LoRA served as an adapter (``lora.sync``) only the
         adapter's tensors, fp32 on the CPU, by the names PEFT saves them under."""
-        if self.spec.lora is None or self.spec.lora.sync == "merged":
+        if self.spec.lora is None or self.spec.lora.sync != "adapter":  # "auto" is resolved before the spec is built
             return self.full_weights()
         from peft import get_peft_model_state_dict
 
