@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from rl import console
@@ -56,6 +57,21 @@ def start_ray(cfg: RunConfig) -> bool:
         )
     log.info("Ray %s in %.1f s", "joined" if cfg.ray.address else "started", time.monotonic() - t0)
     return True
+
+
+def link_ray_logs(log_dir: Path) -> Path | None:
+    """``log_dir/ray``: a link to this Ray session's own log folder on this node (raylet, GCS, every worker's
+    output), so all of a run's logs are reached from its directory; returns it (None if Ray hides the folder)."""
+    from ray._private import worker  # the session folder is not in Ray's public API
+
+    node = getattr(worker.global_worker, "node", None)
+    if node is None:
+        return None
+    link = log_dir / "ray"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(node.get_logs_dir_path(), target_is_directory=True)
+    return link
 
 
 def _loopback_node() -> None:

@@ -24,7 +24,7 @@ from ray.exceptions import RayActorError
 from tqdm import tqdm
 
 from rl import checkpoint
-from rl.actors import start_fleet, start_ray
+from rl.actors import link_ray_logs, start_fleet, start_ray
 from rl.admission import AdmissionControl
 from rl.advantages import compute_advantages
 from rl.balance import balanced_shards, round_robin_shards
@@ -145,6 +145,7 @@ class Driver:
         owns_ray, start_actors = False, self.start_actors
         if start_actors is None:
             owns_ray, start_actors = start_ray(cfg), start_fleet
+            link_ray_logs(cfg.run_dir / "logs")
         loop = asyncio.get_running_loop()
         for signum in STOP_SIGNALS:  # after ray.init, whose own SIGTERM handler would abort the process
             loop.add_signal_handler(signum, self.request_stop, signum)
@@ -578,6 +579,11 @@ def assign_advantages(estimator: str, groups: list[Group]) -> None:
         group.advantages = advantages
 
 
-def run_training(cfg: RunConfig, inputs: RunInputs | None = None, resume: Path | None = None) -> dict[str, Any]:
-    """Synchronous entry point used by tests (``inputs``, ``resume``: see ``Driver``)."""
-    return asyncio.run(Driver(cfg, inputs, resume).run())
+def run_training(
+    cfg: RunConfig,
+    inputs: RunInputs | None = None,
+    resume: Path | None = None,
+    start_actors: ActorStarter | None = None,
+) -> dict[str, Any]:
+    """Synchronous entry point used by tests (``inputs``, ``resume``, ``start_actors``: see ``Driver``)."""
+    return asyncio.run(Driver(cfg, inputs, resume, start_actors).run())

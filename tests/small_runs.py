@@ -1,9 +1,19 @@
-"""The arith_tiny recipe shrunk for integration tests: 4 groups of 4, a small eval, no CPU pinning."""
+"""The arith_tiny recipe shrunk for integration tests: 4 groups of 4, a small eval, no CPU pinning; and runs served
+from the session's warm engine (``on_the_warm_engine``), so an in-process run does not start one of its own."""
 
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from rl.cli import recipe_path
 from rl.config import RunConfig, load_config
+from rl.fleet import Fleet
 
 SMALL = [
     "train.batch_groups=4",
@@ -18,3 +28,59 @@ SMALL = [
 def small_run(tmp_path: Path, name: str, *overrides: str) -> RunConfig:
     """arith_tiny written under ``tmp_path/name`` with ``SMALL`` then ``overrides`` applied (later ones win)."""
     return load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", f"name={name}", *SMALL, *overrides])
+
+
+class Lent:
+    """The session's warm rollout worker lent to one run: calls go through to it, but the run's shutdown only waits
+    until the requests the run left in flight have ended and gives the engine its base weights back (version 0), so
+    the next test finds it up, idle and as it was."""
+
+    def __init__(self, handle: Any, base: bytes) -> None:
+        self.handle, self.base = handle, base
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handle, name)
+
+    @property
+    def shutdown(self) -> Any:
+        async def drained() -> None:
+            deadline = time.monotonic() + 60
+            while (await self.handle.stats.remote())["unfinished"] and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await self.handle.load_weights.remote(self.base, 0)
+
+        return SimpleNamespace(remote=lambda: asyncio.ensure_future(drained()))
+
+
+def on_the_warm_engine(rollout_worker: Any) -> Callable[..., Fleet]:
+    """An actor starter (``Driver(start_actors=...)``) that serves the run from the session's warm engine (the
+    ``rollout_worker`` fixture) instead of starting one: the engine is given the base weights as version 0 first;
+    trainers, buffer and weight channel are the run's own real actors, as ``rl.actors.start_fleet`` makes them."""
+    import ray
+
+    from rl.actors import start_buffer, start_trainers
+    from rl.fleet import RolloutPool
+    from rl.weight_channel import make_weight_channel
+
+    def start(cfg: RunConfig, model_dir: str, counters: Any) -> Fleet:
+        r, s = cfg.rollout, cfg.shaping
+        assert r.num_workers == 1 and s.priority == "none" and not s.scorer_worker and cfg.train.lora is None, (
+            "the warm engine serves one plain worker's runs"
+        )
+        ray.get(rollout_worker.load_weights.remote(base_weights(model_dir), 0))
+        trainers = start_trainers(cfg, model_dir)
+        engine = Lent(rollout_worker, base_weights(model_dir))
+        pool = RolloutPool([engine], counters)  # no restarts: the dead-worker tests start engines of their own
+        channel = make_weight_channel(cfg.weight_sync.transport, trainers, pool.live, r.partial_rollouts == "resubmit")
+        return Fleet(pool, trainers, start_buffer(cfg), channel, kill=lambda a: None if a is engine else ray.kill(a))
+
+    return start
+
+
+@functools.cache
+def base_weights(model_dir: str) -> bytes:
+    """The model's initial weights as a weight sync sends them."""
+    from rl.trainer.engine import TrainerSpec
+    from rl.trainer.worker import TrainerWorker
+
+    return TrainerWorker(TrainerSpec(model=model_dir)).weights_for_sync()

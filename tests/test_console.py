@@ -138,6 +138,8 @@ def test_rl_train_console_is_short_and_ends_with_a_summary(user_train_run):
     synced = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("weight_sync_s", 0) > 0 for r in synced)  # weight syncs ran, yet no load warning was shown
     assert sum(p.stat().st_size for p in (run_dir / "logs").glob("*.log")) > 0  # engine chatter went to the files
+    ray_logs = run_dir / "logs" / "ray"  # Ray's own logs are reached from the run directory too
+    assert ray_logs.is_symlink() and any(ray_logs.glob("raylet*")), list(ray_logs.iterdir())
 
 
 @pytest.mark.integration

@@ -6,7 +6,7 @@ overlapped weight sync, staleness) cannot break learning silently while this pas
 import json
 
 import pytest
-from small_runs import small_run
+from small_runs import on_the_warm_engine, small_run
 
 import rl.driver
 from rl.driver import run_training
@@ -20,7 +20,7 @@ def shortness(prompts, completions, **columns):
 STEPS = 24
 
 
-def reward_curve(tmp_path, name: str, *overrides: str) -> tuple[float, float]:
+def reward_curve(rollout_worker, tmp_path, name: str, *overrides: str) -> tuple[float, float]:
     """Mean reward of the first and the last 5 steps of a canary run."""
     (tmp_path / "canary.py").write_text(SHORTNESS)
     cfg = small_run(
@@ -32,7 +32,7 @@ def reward_curve(tmp_path, name: str, *overrides: str) -> tuple[float, float]:
         "eval.num_problems=4",
         *overrides,
     )
-    assert run_training(cfg)["steps"] == STEPS
+    assert run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))["steps"] == STEPS
     lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
     rewards = [r["reward_mean"] for r in map(json.loads, lines) if r["kind"] == "train"]
     return sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
@@ -40,16 +40,16 @@ def reward_curve(tmp_path, name: str, *overrides: str) -> tuple[float, float]:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_reward_rises(ray_session, tiny_model_dir, tmp_path, mode):
+def test_reward_rises(ray_session, rollout_worker, tiny_model_dir, tmp_path, mode):
     staleness = (
         ["train.max_staleness=0"] if mode == "sync" else ["train.max_staleness=2", "train.micro_batch_tokens=512"]
     )
-    first, last = reward_curve(tmp_path, mode, *staleness)
+    first, last = reward_curve(rollout_worker, tmp_path, mode, *staleness)
     assert last > first + 0.2, (first, last)
 
 
 @pytest.mark.integration
-def test_negated_advantages_fail_the_canary(ray_session, tiny_model_dir, tmp_path, monkeypatch):
+def test_negated_advantages_fail_the_canary(ray_session, rollout_worker, tiny_model_dir, tmp_path, monkeypatch):
     assign = rl.driver.assign_advantages
 
     def negated(estimator, groups):
@@ -58,5 +58,5 @@ def test_negated_advantages_fail_the_canary(ray_session, tiny_model_dir, tmp_pat
             group.advantages = [-a for a in group.advantages]
 
     monkeypatch.setattr(rl.driver, "assign_advantages", negated)
-    first, last = reward_curve(tmp_path, "negated", "train.max_staleness=1")
+    first, last = reward_curve(rollout_worker, tmp_path, "negated", "train.max_staleness=1")
     assert not last > first + 0.2, (first, last)

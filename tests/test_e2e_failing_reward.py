@@ -1,7 +1,7 @@
 """Training goes on through a reward function that raises, hangs, returns NaN, None or the wrong length."""
 
 import pytest
-from small_runs import small_run
+from small_runs import on_the_warm_engine, small_run
 
 from rl.driver import run_training
 
@@ -36,7 +36,7 @@ def flaky(prompts, completions, answer, **columns):
 '''
 
 
-def test_training_survives_every_reward_failure(ray_session, tiny_model_dir, tmp_path):
+def test_training_survives_every_reward_failure(ray_session, rollout_worker, tiny_model_dir, tmp_path):
     (tmp_path / "flaky.py").write_text(FLAKY)
     cfg = small_run(
         tmp_path,
@@ -46,7 +46,7 @@ def test_training_survives_every_reward_failure(ray_session, tiny_model_dir, tmp
         "reward.timeout_s=2",
         "reward.on_failure=zero",
     )
-    summary = run_training(cfg)
+    summary = run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
 
     assert summary["steps"] == 3 and summary["rollout_errors"] == 0
     failures = summary["reward_failures"]

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from small_runs import small_run
+from small_runs import on_the_warm_engine, small_run
 from wandb_files import history, wandb_records
 
 from rl.driver import run_training
@@ -11,7 +11,7 @@ from rl.driver import run_training
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 
 
-def test_rl_train_a_few_async_data_parallel_steps(ray_session, tiny_model_dir, tmp_path):
+def test_rl_train_a_few_async_data_parallel_steps(ray_session, rollout_worker, tiny_model_dir, tmp_path):
     cfg = small_run(
         tmp_path,
         "e2e",
@@ -25,7 +25,7 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, tiny_model_dir, t
         "logging.wandb.project=tailor-e2e",
         "logging.wandb.mode=offline",
     )
-    summary = run_training(cfg)
+    summary = run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
 
     assert summary["steps"] == 4
     buf = summary["buffer"]
@@ -56,7 +56,7 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, tiny_model_dir, t
     assert wandb_steps == ["1", "2", "3", "4"]  # logging.wandb offline: every step, beside the JSONL
 
 
-def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, tiny_model_dir, tmp_path):
+def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, rollout_worker, tiny_model_dir, tmp_path):
     cfg = small_run(
         tmp_path,
         "periodic",
@@ -67,7 +67,7 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, tiny_model_dir
         "algorithm.dynamic_sampling=true",
         "algorithm.kl_coef=0.01",
     )
-    summary = run_training(cfg)
+    summary = run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
 
     assert summary["steps"] == 3 and summary["rollout_errors"] == 0
     train = [
@@ -87,7 +87,7 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, tiny_model_dir
         assert r["logprob_gap"] < 1e-3  # trainer and engine agree on the log-probs of fresh samples
 
 
-def test_idle_governor_steers_darts_redundancy(ray_session, tiny_model_dir, tmp_path):
+def test_idle_governor_steers_darts_redundancy(ray_session, rollout_worker, tiny_model_dir, tmp_path):
     cfg = small_run(
         tmp_path,
         "governed",
@@ -98,7 +98,7 @@ def test_idle_governor_steers_darts_redundancy(ray_session, tiny_model_dir, tmp_
         "shaping.max_redundancy=2.0",
         "shaping.idle_target=0.0",  # any idle time is spare capacity: redundancy can only rise
     )
-    assert run_training(cfg)["steps"] == 4
+    assert run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))["steps"] == 4
     train = [
         r
         for r in map(json.loads, (tmp_path / "governed" / "metrics.jsonl").read_text().splitlines())
