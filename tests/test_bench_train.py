@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from small_runs import SMALL
+from small_runs import SMALL, on_the_warm_engine
 
 from rl.bench.train import TrainVariant, parse_variant, run_train_bench, variant_configs
 from rl.cli import recipe_path
@@ -25,12 +25,14 @@ def test_parse_variant_and_bad_variants_fail_before_running(tmp_path):
 
 
 @pytest.mark.integration
-def test_bench_train_two_variants(ray_session, tiny_model_dir, tmp_path):
+def test_bench_train_two_variants(ray_session, rollout_worker, tiny_model_dir, tmp_path):
     variants = [
         TrainVariant("sync", ("train.max_staleness=0",)),
         TrainVariant("stale1+darts+sart", ("train.max_staleness=1", "shaping.policy=darts+sart")),
     ]
-    results, table = run_train_bench(recipe_path("arith_tiny"), variants, COMMON, tmp_path)
+    results, table = run_train_bench(
+        recipe_path("arith_tiny"), variants, COMMON, tmp_path, start_actors=on_the_warm_engine(rollout_worker)
+    )
 
     assert [r["name"] for r in results] == ["sync", "stale1+darts+sart"]
     for r in results:

@@ -13,13 +13,16 @@ import json
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from rl.config import RunConfig, load_config
 from rl.report import fmt, load_run, mean, series
+
+if TYPE_CHECKING:
+    from rl.driver import ActorStarter
 
 
 @dataclass(frozen=True)
@@ -152,16 +155,21 @@ def plot_curves(results: list[dict[str, Any]], out: Path) -> None:
 
 
 def run_train_bench(
-    recipe: Path, variants: list[TrainVariant], common: list[str], out_dir: Path
+    recipe: Path,
+    variants: list[TrainVariant],
+    common: list[str],
+    out_dir: Path,
+    start_actors: ActorStarter | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
-    """Train every variant in turn; write ``bench_train.json``, ``bench_train.md`` and ``bench_train.png``."""
+    """Train every variant in turn; write ``bench_train.json``, ``bench_train.md`` and ``bench_train.png``.
+    ``start_actors``: how each variant's actors start (see ``Driver``; default: Ray actors of its own)."""
     from rl.driver import run_training
 
     configs = variant_configs(recipe, variants, common, out_dir)
     results = []
     for variant, cfg in configs:
         print(f"[bench train] {variant.name}: {' '.join(variant.overrides) or '(recipe as is)'}", flush=True)
-        results.append(variant_result(variant, cfg, run_training(cfg)))
+        results.append(variant_result(variant, cfg, run_training(cfg, start_actors=start_actors)))
     table = markdown(results)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_train.json").write_text(json.dumps({"recipe": str(recipe), "results": results}, indent=2))
