@@ -571,8 +571,20 @@ def _exit_on_sigterm(signum: int, _frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     return args.func(args)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, with ``key=value`` overrides accepted after the options too (argparse alone takes them only
+    before: ``rl bench peer arith_tiny --seeds 0 eval.every=0`` would fail)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
+        args.overrides += extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 if __name__ == "__main__":

@@ -1,0 +1,19 @@
+"""The command line takes ``key=value`` overrides before or after the options; anything else unknown is refused."""
+
+import pytest
+
+from rl.cli import parse_args
+
+
+def test_overrides_after_the_options_join_those_before_them():
+    args = parse_args(["bench", "peer", "arith_tiny", "eval.every=0", "--seeds", "0", "train.lr=1e-3", "--steps", "2"])
+    assert args.overrides == ["eval.every=0", "train.lr=1e-3"] and args.seeds == "0" and args.steps == 2
+    assert parse_args(["train", "arith_tiny", "--verbose", "train.max_steps=3"]).overrides == ["train.max_steps=3"]
+
+
+def test_an_unknown_option_or_word_is_still_refused(capsys):
+    for argv in (["bench", "peer", "arith_tiny", "--sedes", "0"], ["bench", "peer", "arith_tiny", "--seeds", "0", "x"]):
+        with pytest.raises(SystemExit) as stop:
+            parse_args(argv)
+        assert stop.value.code == 2
+    assert "unrecognized arguments: x" in capsys.readouterr().err
