@@ -46,6 +46,9 @@ QUIET: dict[str, str] = {
     # math-verify's notice that its signal-based timeouts are off (a reward called off the main thread): the reward
     # pool's own timeout bounds every call
     "math_verify_timeout": r"Timeout is disabled as (parsing_timeout|timeout_seconds) is None",
+    # TRL (rl bench peer's peer) checks vLLM's version at import; on CPU the peer generates with transformers, and
+    # Tailor's own vLLM calls are pinned to the installed version in rollout/
+    "trl_vllm_version": r"TRL currently supports vLLM versions from",
 }
 _QUIET = re.compile("|".join(f"(?:{p})" for p in QUIET.values()))
 # engine and Ray INFO/DEBUG lines: vLLM's "INFO 11-24 20:24:23 [file.py:12]", Ray's "\tINFO file.py:50 --"
