@@ -14,6 +14,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 log = logging.getLogger("rl.models")
@@ -118,12 +120,12 @@ def build_arith_tiny(force: bool = False) -> Path:
     )
     pairs = [(tok.encode(r.prompt), tok.encode(r.columns["solution"]) + [tok.eos_token_id]) for r in data]
     _supervised_warm_start(model, pairs, pad_id=tok.pad_token_id)
-    model.save_pretrained(tmp)
+    with _no_progress_bars():
+        model.save_pretrained(tmp)
     GenerationConfig(
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
     ).save_pretrained(tmp)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    _publish(tmp, out)
     torch.set_num_threads(threads)
     log.info("built %s in %.0f s", out, time.time() - t0)
     return out
@@ -181,8 +183,9 @@ def build_smollm2(force: bool = False) -> Path:
 
     t0 = time.time()
     src_dir, fname = str(gguf_file.parent), gguf_file.name
-    tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=fname)
-    loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=fname, dtype=torch.float32)
+    with _no_progress_bars():
+        tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=fname)
+        loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=fname, dtype=torch.float32)
     settings = loaded.config.to_dict()
     for key in ("quantization_config", "_name_or_path", "_model_name_or_path", "architectures", "model_type"):
         settings.pop(key, None)
@@ -191,11 +194,27 @@ def build_smollm2(force: bool = False) -> Path:
     fresh = LlamaForCausalLM(config)
     fresh.load_state_dict(loaded.state_dict())
     tmp = _staging_dir(out)
-    fresh.save_pretrained(tmp)
+    with _no_progress_bars():
+        fresh.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     _publish(tmp, out)
     log.info("built %s in %.0f s", out, time.time() - t0)
     return out
+
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """transformers' progress bars off for a build's loads and saves (a build logs one line of its own; the bars
+    would otherwise reach the console of whichever command built the model first)."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def _staging_dir(out: Path) -> Path:

@@ -33,8 +33,8 @@ def test_engine_chatter_and_known_harmless_lines_are_not_shown():
         "(MainProcess pid=8029) WARNING 11-25 03:31:49 [input_processor.py:289] vLLM has deprecated support for "
         "supporting different tokenizers for different LoRAs. By default, vLLM uses base model's tokenizer.",
         "03:27:23 WARNING Timeout is disabled as parsing_timeout is None or <= 0, you must provide the logic",
-        "04:15:40 WARNING py.warnings .venv/lib/python3.11/site-packages/trl/generation/vllm_client.py:42: UserWarning: "
-        "TRL currently supports vLLM versions from 0.22.0 to 0.31.0. You have version 0.32.0 installed.",
+        "04:15:40 WARNING py.warnings .venv/lib/python3.11/site-packages/trl/generation/vllm_client.py:42: "
+        "UserWarning: TRL currently supports vLLM versions from 0.22.0 to 0.31.0. You have version 0.32.0 installed.",
         ".venv/lib/python3.11/site-packages/trl/generation/__init__.py:22: UserWarning: TRL currently supports vLLM "
         "versions from 0.22.0 to 0.31.0.",
         "",

@@ -1,0 +1,25 @@
+"""Model builds are quiet: transformers' progress bars ("Writing model shards") stay off the console of whichever
+command builds a model first (on a fresh machine that is a user's first ``rl train``, or a one-line bad-input test)."""
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers.utils import logging as hf_logging
+
+from rl.models import _no_progress_bars
+
+
+def test_a_build_save_prints_no_progress_bar_and_restores_the_setting(tmp_path, capsys):
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1,
+    )  # fmt: skip
+    model = Qwen2ForCausalLM(config)
+    hf_logging.enable_progress_bar()
+    model.save_pretrained(tmp_path / "loud")
+    assert "Writing model shards" in capsys.readouterr().err  # the bar this guards against
+    with _no_progress_bars():
+        model.save_pretrained(tmp_path / "quiet")
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""
+    assert hf_logging.is_progress_bar_enabled()
