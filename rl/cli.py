@@ -265,10 +265,14 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     from rl.bench.peer import PeerOptions, check, default_variants, run_peer_bench
     from rl.bench.train import parse_variant
 
+    out_dir = args.out or Path(f"runs/bench-peer-{Path(args.recipe).stem}")
+    # routed before the check, which imports TRL (and with it vLLM): their import-time notices go to the logs
+    _route_output(args, out_dir / "logs")
+
     def build() -> tuple[Path, PeerOptions]:
         opts = PeerOptions(
             seeds=[int(s) for s in _csv(args.seeds)],
-            out_dir=args.out or Path(f"runs/bench-peer-{Path(args.recipe).stem}"),
+            out_dir=out_dir,
             overrides=list(args.overrides),
             variants=[parse_variant(v) for v in args.variant] if args.variant else default_variants(),
             steps=args.steps,
@@ -290,7 +294,6 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     recipe, opts = checked
-    _route_output(args, opts.out_dir / "logs")
     _, table = run_peer_bench(recipe, opts)
     print(table)
     print(f"wrote {opts.out_dir / 'bench_peer.json'}, {opts.out_dir / 'bench_peer.md'} and bench_peer.png")

@@ -25,7 +25,9 @@ from typing import Any
 import torch
 from datasets import Dataset
 from safetensors.torch import save_file
+from tqdm import tqdm
 from transformers import TrainerCallback
+from transformers.trainer_callback import ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from rl.config import RunConfig
@@ -138,6 +140,15 @@ class SnapshotClock(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.start, self.paused = time.monotonic(), 0.0
+        self.bar = tqdm(total=self.budget.steps, desc="trl", unit="step", dynamic_ncols=True)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        """The bar's postfix: TRL's own step metrics (TRL would print each step's whole dict)."""
+        if logs and "reward" in logs:
+            self.bar.set_postfix_str(f"reward {logs['reward']:.3f}, {logs.get('step_time', 0.0):.1f} s/step")
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.bar.close()
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         clock = time.monotonic() - self.start - self.paused
@@ -148,6 +159,7 @@ class SnapshotClock(TrainerCallback):
         if due or control.should_training_stop or step >= self.budget.steps:
             self._snapshot(model, step, clock)
         self.run.steps, self.run.train_seconds = step, clock
+        self.bar.update(step - self.bar.n)
 
     def _due(self, position: float, end: float) -> bool:
         """Whether ``position`` (step or clock) has passed the next of ``points`` even marks up to ``end``."""
@@ -175,6 +187,7 @@ def train_trl(cfg: RunConfig, seed: int, budget: PeerBudget, out_dir: Path, use_
         train_dataset=train_dataset(cfg),
         callbacks=[SnapshotClock(budget, out_dir / "snapshots", run)],
     )
+    trainer.remove_callback(ProgressCallback)  # SnapshotClock shows one bar instead of a printed dict per step
     run.torch_threads = torch.get_num_threads()
     trainer.train()
     run.rewards = [float(h["reward"]) for h in trainer.state.log_history if "reward" in h]
