@@ -49,6 +49,8 @@ QUIET: dict[str, str] = {
     # TRL (rl bench peer's peer) checks vLLM's version at import; on CPU the peer generates with transformers, and
     # Tailor's own vLLM calls are pinned to the installed version in rollout/
     "trl_vllm_version": r"TRL currently supports vLLM versions from",
+    # torch's DataLoader (TRL's, in rl bench peer) asked to pin memory on a machine without an accelerator
+    "cpu_pin_memory": r"'pin_memory' argument is set as true but no accelerator is found",
 }
 _QUIET = re.compile("|".join(f"(?:{p})" for p in QUIET.values()))
 # engine and Ray INFO/DEBUG lines: vLLM's "INFO 11-24 20:24:23 [file.py:12]", Ray's "\tINFO file.py:50 --"

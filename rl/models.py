@@ -120,7 +120,7 @@ def build_arith_tiny(force: bool = False) -> Path:
     )
     pairs = [(tok.encode(r.prompt), tok.encode(r.columns["solution"]) + [tok.eos_token_id]) for r in data]
     _supervised_warm_start(model, pairs, pad_id=tok.pad_token_id)
-    with _no_progress_bars():
+    with no_progress_bars():
         model.save_pretrained(tmp)
     GenerationConfig(
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
@@ -183,7 +183,7 @@ def build_smollm2(force: bool = False) -> Path:
 
     t0 = time.time()
     src_dir, fname = str(gguf_file.parent), gguf_file.name
-    with _no_progress_bars():
+    with no_progress_bars():
         tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=fname)
         loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=fname, dtype=torch.float32)
     settings = loaded.config.to_dict()
@@ -194,7 +194,7 @@ def build_smollm2(force: bool = False) -> Path:
     fresh = LlamaForCausalLM(config)
     fresh.load_state_dict(loaded.state_dict())
     tmp = _staging_dir(out)
-    with _no_progress_bars():
+    with no_progress_bars():
         fresh.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     _publish(tmp, out)
@@ -203,9 +203,10 @@ def build_smollm2(force: bool = False) -> Path:
 
 
 @contextmanager
-def _no_progress_bars() -> Iterator[None]:
-    """transformers' progress bars off for a build's loads and saves (a build logs one line of its own; the bars
-    would otherwise reach the console of whichever command built the model first)."""
+def no_progress_bars() -> Iterator[None]:
+    """transformers' progress bars off inside the block: a model build's loads and saves (a build logs one line of
+    its own; the bars would otherwise reach the console of whichever command built the model first), TRL's model
+    load in ``rl bench peer``."""
     from transformers.utils import logging as hf_logging
 
     was_on = hf_logging.is_progress_bar_enabled()

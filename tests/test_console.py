@@ -37,6 +37,8 @@ def test_engine_chatter_and_known_harmless_lines_are_not_shown():
         "UserWarning: TRL currently supports vLLM versions from 0.22.0 to 0.31.0. You have version 0.32.0 installed.",
         ".venv/lib/python3.11/site-packages/trl/generation/__init__.py:22: UserWarning: TRL currently supports vLLM "
         "versions from 0.22.0 to 0.31.0.",
+        ".venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:759: UserWarning: 'pin_memory' argument "
+        "is set as true but no accelerator is found, then device pinned memory won't be used.",
         "",
     ]
     assert [line for line in hidden if shown(line)] == []

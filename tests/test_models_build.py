@@ -5,7 +5,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 from transformers.utils import logging as hf_logging
 
-from rl.models import _no_progress_bars
+from rl.models import no_progress_bars
 
 
 def test_a_build_save_prints_no_progress_bar_and_restores_the_setting(tmp_path, capsys):
@@ -18,7 +18,7 @@ def test_a_build_save_prints_no_progress_bar_and_restores_the_setting(tmp_path, 
     hf_logging.enable_progress_bar()
     model.save_pretrained(tmp_path / "loud")
     assert "Writing model shards" in capsys.readouterr().err  # the bar this guards against
-    with _no_progress_bars():
+    with no_progress_bars():
         model.save_pretrained(tmp_path / "quiet")
     captured = capsys.readouterr()
     assert captured.err == "" and captured.out == ""

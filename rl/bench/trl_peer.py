@@ -31,7 +31,7 @@ from transformers.trainer_callback import ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from rl.config import RunConfig
-from rl.models import resolve_model
+from rl.models import no_progress_bars, resolve_model
 from rl.preflight import split_rows
 from rl.rewards.loading import load_reward_fn
 
@@ -180,13 +180,14 @@ class SnapshotClock(TrainerCallback):
 def train_trl(cfg: RunConfig, seed: int, budget: PeerBudget, out_dir: Path, use_vllm: bool = False) -> PeerRun:
     """Train the recipe with TRL's GRPOTrainer; snapshots go to ``out_dir/snapshots``."""
     run = PeerRun(seed=seed, samples_per_step=cfg.train.batch_groups * cfg.shaping.m_keep)
-    trainer = GRPOTrainer(
-        model=resolve_model(cfg.model.path),
-        reward_funcs=[load_reward_fn(f.fn) for f in cfg.reward.functions],
-        args=grpo_config(cfg, seed, budget, out_dir, use_vllm),
-        train_dataset=train_dataset(cfg),
-        callbacks=[SnapshotClock(budget, out_dir / "snapshots", run)],
-    )
+    with no_progress_bars():  # transformers' weight-loading bar; the run shows SnapshotClock's
+        trainer = GRPOTrainer(
+            model=resolve_model(cfg.model.path),
+            reward_funcs=[load_reward_fn(f.fn) for f in cfg.reward.functions],
+            args=grpo_config(cfg, seed, budget, out_dir, use_vllm),
+            train_dataset=train_dataset(cfg),
+            callbacks=[SnapshotClock(budget, out_dir / "snapshots", run)],
+        )
     trainer.remove_callback(ProgressCallback)  # SnapshotClock shows one bar instead of a printed dict per step
     run.torch_threads = torch.get_num_threads()
     trainer.train()
