@@ -47,3 +47,21 @@ def test_bench_train_two_variants(ray_session, rollout_worker, tiny_model_dir, t
     assert [r["name"] for r in saved["results"]] == ["sync", "stale1+darts+sart"]
     assert (tmp_path / "bench_train.png").stat().st_size > 0
     assert (tmp_path / "sync" / "metrics.jsonl").exists()
+
+
+def test_a_variant_stopped_by_sigterm_stops_the_bench(tmp_path, monkeypatch):
+    """Like ``rl train``, the bench exits 128 + signal once a variant stops on SIGTERM; no later variant starts."""
+    import rl.driver
+
+    started = []
+
+    def stopped_run(cfg, start_actors=None):
+        started.append(cfg.run_dir.name)
+        return {"stopped_by": "SIGTERM"}
+
+    monkeypatch.setattr(rl.driver, "run_training", stopped_run)
+    variants = [TrainVariant("a", ()), TrainVariant("b", ("train.lr=2e-4",))]
+    with pytest.raises(SystemExit) as stop:
+        run_train_bench(recipe_path("arith_tiny"), variants, [], tmp_path)
+    assert stop.value.code == 143 and started == ["a"]
+    assert not (tmp_path / "bench_train.json").exists()

@@ -10,6 +10,7 @@ a JSON file and an overlay plot of the reward curves go to ``out_dir``.
 from __future__ import annotations
 
 import json
+import signal
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
@@ -169,7 +170,10 @@ def run_train_bench(
     results = []
     for variant, cfg in configs:
         print(f"[bench train] {variant.name}: {' '.join(variant.overrides) or '(recipe as is)'}", flush=True)
-        results.append(variant_result(variant, cfg, run_training(cfg, start_actors=start_actors)))
+        summary = run_training(cfg, start_actors=start_actors)
+        if summary["stopped_by"]:  # SIGTERM/SIGINT stopped the variant at a step boundary: the bench stops too
+            raise SystemExit(128 + signal.Signals[summary["stopped_by"]])
+        results.append(variant_result(variant, cfg, summary))
     table = markdown(results)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_train.json").write_text(json.dumps({"recipe": str(recipe), "results": results}, indent=2))
