@@ -573,9 +573,21 @@ def _exit_on_sigterm(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse_args(argv)
+    start_logging(verbose=getattr(args, "verbose", False))
     return args.func(args)
+
+
+def start_logging(verbose: bool) -> None:
+    """Log records to the console from the start; unless ``verbose``, sieved as routed output is (rl/console.py),
+    so what runs before the output is routed (the config check, preflight's reward call) is as calm as what
+    runs after it."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not verbose:
+        from rl.console import ConsoleFilter
+
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(ConsoleFilter())
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
