@@ -21,7 +21,9 @@ STEPS = 24
 
 
 def reward_curve(rollout_worker, tmp_path, name: str, *overrides: str) -> tuple[float, float]:
-    """Mean reward of the first and the last 5 steps of a canary run."""
+    """The reward of the first step (its samples always come from the base weights) and the mean of the last 5 steps
+    of a canary run. Not the first 5 steps' mean: at this lr the policy can learn most of the task in those steps (a
+    CI run had 0.50, 0.78, 0.82, 0.94, 0.98: "first 5" read 0.80 and the check failed on a run that learned)."""
     (tmp_path / "canary.py").write_text(SHORTNESS)
     cfg = small_run(
         tmp_path,
@@ -35,7 +37,7 @@ def reward_curve(rollout_worker, tmp_path, name: str, *overrides: str) -> tuple[
     assert run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))["steps"] == STEPS
     lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
     rewards = [r["reward_mean"] for r in map(json.loads, lines) if r["kind"] == "train"]
-    return sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    return rewards[0], sum(rewards[-5:]) / 5
 
 
 @pytest.mark.integration
