@@ -265,14 +265,10 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     from rl.bench.peer import PeerOptions, check, default_variants, run_peer_bench
     from rl.bench.train import parse_variant
 
-    out_dir = args.out or Path(f"runs/bench-peer-{Path(args.recipe).stem}")
-    # routed before the check, which imports TRL (and with it vLLM): their import-time notices go to the logs
-    _route_output(args, out_dir / "logs")
-
     def build() -> tuple[Path, PeerOptions]:
         opts = PeerOptions(
             seeds=[int(s) for s in _csv(args.seeds)],
-            out_dir=out_dir,
+            out_dir=args.out or Path(f"runs/bench-peer-{Path(args.recipe).stem}"),
             overrides=list(args.overrides),
             variants=[parse_variant(v) for v in args.variant] if args.variant else default_variants(),
             steps=args.steps,
@@ -294,6 +290,7 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     recipe, opts = checked
+    _route_output(args, opts.out_dir / "logs")
     _, table = run_peer_bench(recipe, opts)
     print(table)
     print(f"wrote {opts.out_dir / 'bench_peer.json'}, {opts.out_dir / 'bench_peer.md'} and bench_peer.png")
@@ -580,14 +577,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def start_logging(verbose: bool) -> None:
     """Log records to the console from the start; unless ``verbose``, sieved as routed output is (rl/console.py),
-    so what runs before the output is routed (the config check, preflight's reward call) is as calm as what
-    runs after it."""
+    Python warnings included, so what runs before the output is routed (the config check and the imports it makes,
+    such as TRL's in ``rl bench peer``; preflight's reward call) is as calm as what runs after it."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not verbose:
         from rl.console import ConsoleFilter
 
         for handler in logging.getLogger().handlers:
             handler.addFilter(ConsoleFilter())
+        logging.captureWarnings(True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

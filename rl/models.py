@@ -48,7 +48,8 @@ def resolve_model(name: str) -> str:
     key = name[len(BUILTIN_PREFIX) :]
     if key not in builders:
         raise ValueError(f"unknown builtin model {name!r}; known: {sorted(builders)}")
-    return str(builders[key]())
+    with no_progress_bars():  # a build's loads and saves; it logs one line of its own
+        return str(builders[key]())
 
 
 def _fingerprint(spec: dict) -> str:
@@ -120,8 +121,7 @@ def build_arith_tiny(force: bool = False) -> Path:
     )
     pairs = [(tok.encode(r.prompt), tok.encode(r.columns["solution"]) + [tok.eos_token_id]) for r in data]
     _supervised_warm_start(model, pairs, pad_id=tok.pad_token_id)
-    with no_progress_bars():
-        model.save_pretrained(tmp)
+    model.save_pretrained(tmp)
     GenerationConfig(
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
     ).save_pretrained(tmp)
@@ -183,9 +183,8 @@ def build_smollm2(force: bool = False) -> Path:
 
     t0 = time.time()
     src_dir, fname = str(gguf_file.parent), gguf_file.name
-    with no_progress_bars():
-        tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=fname)
-        loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=fname, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=fname)
+    loaded = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=fname, dtype=torch.float32)
     settings = loaded.config.to_dict()
     for key in ("quantization_config", "_name_or_path", "_model_name_or_path", "architectures", "model_type"):
         settings.pop(key, None)
@@ -194,8 +193,7 @@ def build_smollm2(force: bool = False) -> Path:
     fresh = LlamaForCausalLM(config)
     fresh.load_state_dict(loaded.state_dict())
     tmp = _staging_dir(out)
-    with no_progress_bars():
-        fresh.save_pretrained(tmp)
+    fresh.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     _publish(tmp, out)
     log.info("built %s in %.0f s", out, time.time() - t0)
@@ -204,9 +202,8 @@ def build_smollm2(force: bool = False) -> Path:
 
 @contextmanager
 def no_progress_bars() -> Iterator[None]:
-    """transformers' progress bars off inside the block: a model build's loads and saves (a build logs one line of
-    its own; the bars would otherwise reach the console of whichever command built the model first), TRL's model
-    load in ``rl bench peer``."""
+    """transformers' progress bars off inside the block: builtin model builds (``resolve_model``; the bars would
+    otherwise reach the console of whichever command builds a model first), TRL's model load in ``rl bench peer``."""
     from transformers.utils import logging as hf_logging
 
     was_on = hf_logging.is_progress_bar_enabled()

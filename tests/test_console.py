@@ -168,15 +168,17 @@ def test_rl_bench_rollout_console_shows_progress(tiny_model_dir, tmp_path):
 
 
 def test_records_before_routing_are_sieved_unless_verbose():
-    """preflight calls the reward before a run routes its output: math-verify's known-harmless notice stays off the
-    console then too, Tailor's own lines and real warnings do not; --verbose shows everything."""
+    """preflight calls the reward (and rl bench peer imports TRL) before a run routes its output: known-harmless
+    notices, logged or Python warnings, stay off the console then too, Tailor's own lines and real warnings do not;
+    --verbose shows everything."""
     code = (
         "import logging, sys; from rl.cli import start_logging; start_logging(verbose=sys.argv[1] == 'v'); "
         "logging.getLogger('math_verify.parser').warning('Timeout is disabled as parsing_timeout is None or <= 0'); "
         "logging.getLogger('somelib').warning('a real fault'); logging.getLogger('somelib').info('chatter'); "
-        "logging.getLogger('rl.driver').info('tailor line')"
+        "logging.getLogger('rl.driver').info('tailor line'); import warnings; "
+        "warnings.warn('TRL currently supports vLLM versions from 0.22.0'); warnings.warn('a real warning')"
     )
-    everything = ["Timeout", "a real fault", "chatter", "tailor line"]
-    for mode, expected in [("quiet", ["a real fault", "tailor line"]), ("v", everything)]:
+    everything = ["Timeout", "a real fault", "chatter", "tailor line", "TRL currently", "a real warning"]
+    for mode, expected in [("quiet", ["a real fault", "tailor line", "a real warning"]), ("v", everything)]:
         err = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True).stderr
         assert [word for word in everything if word in err] == expected, err
