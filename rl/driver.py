@@ -229,18 +229,26 @@ class Driver:
                 ray.shutdown()
 
     async def continuous_rollouts(self) -> None:
-        """Plan prompts a batch at a time; start each group as soon as admission allows."""
+        """Plan prompts a batch at a time; start each group as soon as admission allows. When this ends (the run
+        cancels it, or no worker is left) the groups still in flight are cancelled with it: they stay open for a
+        resume, instead of failing later against a closed reward pool and counting as rollout errors."""
         in_flight: set[asyncio.Task] = set()
-        for chunk in self.stream.chunks():
-            plans = self.policy.plan([row.prompt_id for _, row in chunk])
-            for (position, row), plan in zip(chunk, plans, strict=True):
-                await self.admission.acquire()
-                if not await self.fleet.rollout.wait_for_a_live_worker():  # the trainer side stops the run
-                    return
-                worker = self.fleet.rollout.next()
-                task = asyncio.create_task(self.produce_group(worker, position, row, plan))
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
+        try:
+            for chunk in self.stream.chunks():
+                plans = self.policy.plan([row.prompt_id for _, row in chunk])
+                for (position, row), plan in zip(chunk, plans, strict=True):
+                    await self.admission.acquire()
+                    if not await self.fleet.rollout.wait_for_a_live_worker():  # the trainer side stops the run
+                        return
+                    worker = self.fleet.rollout.next()
+                    task = asyncio.create_task(self.produce_group(worker, position, row, plan))
+                    in_flight.add(task)
+                    task.add_done_callback(in_flight.discard)
+        finally:
+            pending = list(in_flight)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def produce_group(self, worker: Any, position: int, row: PromptRow, plan: Any) -> None:
         """Sample, score and buffer one group (the stream's ``position``); every outcome releases its admission

@@ -4,6 +4,7 @@ overlapped weight sync, staleness) cannot break learning silently while this pas
 (advantages negated, as a sign error would do) shows the check can fail."""
 
 import json
+import logging
 
 import pytest
 from small_runs import on_the_warm_engine, small_run
@@ -17,37 +18,42 @@ def shortness(prompts, completions, **columns):
     return [max(0.0, 1.0 - len(c) / 40) for c in completions]
 '''
 
-STEPS = 24
+STEPS = 32
 
 
 def reward_curve(rollout_worker, tmp_path, name: str, *overrides: str) -> tuple[float, float]:
     """The reward of the first step (its samples always come from the base weights) and the mean of the last 5 steps
-    of a canary run. Not the first 5 steps' mean: at this lr the policy can learn most of the task in those steps (a
-    CI run had 0.50, 0.78, 0.82, 0.94, 0.98: "first 5" read 0.80 and the check failed on a run that learned)."""
+    of a canary run. Not the first 5 steps' mean: the policy can learn most of the task in those steps (a CI run had
+    0.50, 0.78, 0.82, 0.94, 0.98: "first 5" read 0.80 and the check failed on a run that learned). At lr 2e-3 and 24
+    steps the asynchronous curve swung (0.58 0.49 0.37 0.80 0.49 0.24 0.10 ... 0.86 0.89 0.90) and a run that learned
+    failed; at 1e-3 over 32 steps eight runs rose smoothly, their last 5 steps >= 0.89 from a first step <= 0.60."""
     (tmp_path / "canary.py").write_text(SHORTNESS)
     cfg = small_run(
         tmp_path,
         name,
         f"train.max_steps={STEPS}",
         f"reward.functions=[{{fn: {tmp_path / 'canary.py'}:shortness}}]",
-        "train.lr=2e-3",
+        "train.lr=1e-3",
         "eval.num_problems=4",
         *overrides,
     )
     assert run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))["steps"] == STEPS
     lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
     rewards = [r["reward_mean"] for r in map(json.loads, lines) if r["kind"] == "train"]
+    print(name, "rewards:", " ".join(f"{r:.2f}" for r in rewards))  # shown when the check fails
     return rewards[0], sum(rewards[-5:]) / 5
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_reward_rises(ray_session, rollout_worker, tiny_model_dir, tmp_path, mode):
+def test_reward_rises(ray_session, rollout_worker, tiny_model_dir, tmp_path, mode, caplog):
     staleness = (
         ["train.max_staleness=0"] if mode == "sync" else ["train.max_staleness=2", "train.micro_batch_tokens=512"]
     )
     first, last = reward_curve(rollout_worker, tmp_path, mode, *staleness)
     assert last > first + 0.2, (first, last)
+    # groups still in flight when the run ends are cancelled with it, not failed against the closed reward pool
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 @pytest.mark.integration

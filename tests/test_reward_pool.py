@@ -211,6 +211,23 @@ def test_async_score_does_not_block_event_loop(pool: RewardPool, tmp_path: Path)
     assert boom.failures["raised"] == 1
 
 
+def test_a_cancelled_score_leaves_the_pool_serving(reward_dir: Path) -> None:
+    """A run cancels groups in flight when it ends; their reward calls, queued or running, must not break the
+    dispatch threads (a cancelled future cannot take a result) or the evaluation that follows hangs."""
+    specs = [("user_rewards.py:slow_async", 1.0)] * 3  # one worker: the later calls wait in the queue
+
+    async def main() -> RewardResult:
+        scoring = asyncio.create_task(pool.score([""], ["ab"]))
+        await asyncio.sleep(0.005)
+        scoring.cancel()
+        await asyncio.gather(scoring, return_exceptions=True)
+        return await asyncio.wait_for(pool.score([""], ["ab"]), timeout=30)
+
+    with RewardPool(specs, num_workers=1, base_dir=reward_dir) as pool:
+        result = asyncio.run(main())
+    assert result.rewards == [1.5] and _no_failures(result)
+
+
 def test_trl_style_rewards_unmodified(reward_dir: Path) -> None:
     with RewardPool([("user_rewards.py:reward_len", 1.0)], base_dir=reward_dir) as p:
         assert p.score_sync(["q"] * 2, ["x" * 15, "x" * 26], {}).rewards == [-5.0, -6.0]

@@ -337,6 +337,8 @@ class RewardPool:
                 self._slots[slot].stop()
                 return
             future, index, (prompts, completions, columns) = task
+            if not future.set_running_or_notify_cancel():  # its caller stopped waiting (a cancelled group): skip it
+                continue
             with self._lock:
                 closed = self._closed
                 if not closed:
