@@ -69,7 +69,8 @@ def _train(capsys, recipe: str | Path, *overrides: str) -> tuple[int, str]:
 
 
 def _data_case(tmp_path: Path, rows: list) -> list[str]:
-    return [*BASE, f"data.source={_jsonl(tmp_path / 'data.jsonl', rows)}"]
+    """The recipe on a question/answer file; its rewards but arith_steps (which needs the arith rows' solutions)."""
+    return [*BASE, f"data.source={_jsonl(tmp_path / 'data.jsonl', rows)}", "reward.functions=[{fn: arith_exact}]"]
 
 
 def _bad_reward(tmp_path: Path, body: str) -> list[str]:
@@ -101,7 +102,7 @@ CASES = [
     ("missing_model_dir", lambda t: ["model.path=./no_model_here"], "model.path './no_model_here' does not exist"),
     ("model_dir_without_config", lambda t: [f"model.path={t}"], "has no config.json"),
     ("unknown_builtin_model", lambda t: ["model.path=builtin:nope"], "unknown builtin model"),
-    ("list_index_out_of_range", lambda t: ["reward.functions.3.fn=format"], "is not an item of a list of 1"),
+    ("list_index_out_of_range", lambda t: ["reward.functions.3.fn=format"], "is not an item of a list of 2"),
     ("max_tokens_over_model_len", lambda t: ["rollout.max_tokens=96"], "leaves no room for a prompt"),
     (
         "no_prompt_fits",

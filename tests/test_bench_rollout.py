@@ -361,6 +361,6 @@ def test_real_bench_run_on_a_recipe(bench_engine, tmp_path):
     )
     result = loop.run_until_complete(run_rollout_bench_async(cfg, engine))
     (run,) = result["runs"]
-    assert run["metrics"]["kept"] == 6 and run["metrics"]["rewarded"] == 6  # the recipe's arith_exact scored them
-    assert result["reward"] == "1×arith_exact"
+    assert run["metrics"]["kept"] == 6 and run["metrics"]["rewarded"] == 6  # the recipe's rewards scored them
+    assert result["reward"] == "1×arith_exact + 1×arith_steps"
     assert "recipe `arith_tiny`" in (tmp_path / "bench_rollout.md").read_text()

@@ -4,7 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rl.rewards.math import arith_exact, format_reward, math_accuracy, overlong_penalty
+from rl.rewards.math import arith_exact, arith_steps, format_reward, math_accuracy, overlong_penalty
 
 ACCURACY_CASES = [
     # (completion, gold answer, expected reward)
@@ -93,6 +93,22 @@ def test_arith_exact(completion: str, gold: object, expected: float) -> None:
 def test_arith_exact_chat_and_bad_gold() -> None:
     chat = [[{"role": "assistant", "content": "1+1=2;#2"}]] * 2
     assert arith_exact(["", ""], chat, answer=["2", "two"]) == [1.0, None]
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("12+45=57;57+7=64;#64", 1.0),  # every part of the reference
+        (" 12+45=57 ; 57+7=64;#64\n", 1.0),  # spaces around parts do not matter
+        ("12+45=57;57+7=65;#65", 1 / 3),  # the first step right, then wrong
+        ("12+45=56;56+7=63;#63", 0.0),  # later parts consistent with a wrong first step earn nothing
+        ("12+45=57", 1 / 3),  # stopped early
+        ("#64", 0.0),  # the answer without the steps
+        ("", 0.0),
+    ],
+)
+def test_arith_steps_credits_the_leading_reference_parts(completion: str, expected: float) -> None:
+    assert arith_steps([""], [completion], solution=["12+45=57;57+7=64;#64"]) == [pytest.approx(expected)]
 
 
 def test_overlong_penalty_tokens_ids_and_characters() -> None:

@@ -14,6 +14,7 @@ BUILTINS: dict[str, str] = {
     "math_accuracy": "rl.rewards.math:math_accuracy",
     "format": "rl.rewards.math:format_reward",
     "arith_exact": "rl.rewards.math:arith_exact",
+    "arith_steps": "rl.rewards.math:arith_steps",
 }
 _OVERLONG = re.compile(r"overlong\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 

@@ -76,6 +76,23 @@ def arith_exact(prompts: list, completions: list, answer: list, **columns) -> li
     return rewards
 
 
+def arith_steps(prompts: list, completions: list, solution: list, **columns) -> list[float]:
+    """Partial credit on the worked steps: the fraction of the reference ``solution``'s ``;``-separated parts
+    (``"12+45=57;57+7=64;#64"``: two steps and the answer) that the completion reproduces in order from the start.
+
+    A dense shaping term beside ``arith_exact``: a group where no sample reaches the answer still ranks the samples
+    that got further. Evaluation counts only the recipe's first reward, so it never changes accuracy.
+    """
+    rewards = []
+    for completion, reference in zip(completions, solution, strict=True):
+        want, got = str(reference).split(";"), [part.strip() for part in completion_text(completion).split(";")]
+        leading = 0
+        while leading < min(len(want), len(got)) and want[leading] == got[leading]:
+            leading += 1
+        rewards.append(leading / len(want))
+    return rewards
+
+
 def overlong_penalty(max_len: int, buffer_len: int) -> Callable[..., list[float]]:
     """DAPO soft overlong punishment: 0 up to ``max_len - buffer_len``, then linear down to -1 at ``max_len``.
 
