@@ -8,9 +8,10 @@ import pytest
 
 from rl.cli import recipe_path
 from rl.config import load_config
+from rl.data.arith import make_split
 from rl.evaluation import ProblemRecord, k_values, pass_at_k, summarize
 from rl.offline_eval import EvalSettings, recipe_for_dataset, resolve_eval_model, run_eval
-from rl.rewards.math import arith_exact
+from rl.rewards.math import arith_exact, arith_steps
 
 
 @pytest.mark.parametrize(
@@ -94,6 +95,7 @@ def test_eval_arith_tiny_four_samples_on_the_warm_engine(rollout_worker, tiny_mo
     settings = EvalSettings(model="builtin:arith-tiny", dataset="arith", recipe="arith_tiny", samples=4, limit=32)
     report = run_eval(cfg, settings, workers=[rollout_worker])
     m, problems = report.metrics, report.problems
+    solution_of = {row.prompt_id: row.columns["solution"] for row in make_split(cfg.data.arith, "test")}
 
     assert report.settings["model_dir"] == tiny_model_dir
     assert report.settings["temperature"] == cfg.rollout.temperature  # several samples: the rollout temperature
@@ -103,13 +105,17 @@ def test_eval_arith_tiny_four_samples_on_the_warm_engine(rollout_worker, tiny_mo
     passes = [m[f"pass@{k}"] for k in (1, 2, 4)]
     assert all(0.0 <= p <= 1.0 for p in passes)
     assert passes == sorted(passes), f"pass@k must not fall with k: {passes}"
-    rewards = np.array([p.rewards for p in problems])
-    assert m["pass@1"] == pytest.approx(np.mean(rewards > 0))  # one reward, arith_exact: correct = reward > 0
-    assert m["pass@4"] == pytest.approx(np.mean((rewards > 0).any(axis=1)))  # pass@n: any sample correct
+    rewards, correct = np.array([p.rewards for p in problems]), np.array([p.correct for p in problems])
+    assert m["pass@1"] == pytest.approx(correct.mean())
+    assert m["pass@4"] == pytest.approx(correct.any(axis=1).mean())  # pass@n: any sample correct
     assert m["reward_mean"] == pytest.approx(rewards.mean())
-    # the texts were scored against their own problem's answer
-    texts = [p.first_text for p in problems]
-    assert arith_exact(None, texts, [p.answer for p in problems]) == list(rewards[:, 0])
+    # the texts were scored against their own problem: correct = the first reward (arith_exact) > 0, and the
+    # combined reward adds the recipe's partial credit for the worked steps (both weight 1)
+    texts, solutions = [p.first_text for p in problems], [solution_of[p.prompt_id] for p in problems]
+    exact = arith_exact(None, texts, [p.answer for p in problems])
+    assert exact == [float(c) for c in correct[:, 0]]
+    steps = arith_steps(None, texts, solutions)
+    assert list(rewards[:, 0]) == pytest.approx([e + s for e, s in zip(exact, steps, strict=True)])
 
     lengths = [n for p in problems for n in p.lengths]
     assert min(lengths) > 0 and max(lengths) <= cfg.rollout.max_tokens
