@@ -62,6 +62,23 @@ def test_summary_ratios_are_taken_seed_by_seed():
     assert results[2]["equal_time_s"] == 10 and results[3]["accuracy_at_equal_time"] == 0.2
 
 
+def test_an_equal_time_run_that_ends_a_step_late_is_read_at_its_end():
+    """TRL budgeted to Tailor's 79.0 s stops at its first step past it (79.3 s, steps of 0.37 s): its final
+    evaluation is its accuracy at equal time, not the one before; a run longer by more than a step is read earlier."""
+    points = [{"step": 0, "seconds": 0.0, "accuracy": 0.2}, {"step": 100, "seconds": 39.5, "accuracy": 0.3}]
+    base = {"seed": 0, "steps_per_hour": 1.0, "samples_per_hour": 1.0, "accuracy_start": 0.2}
+    tailor = {**base, "system": "tailor", "steps": 160, "train_seconds": 79.0, "final_accuracy": 0.42}
+    tailor["points"] = [*points, {"step": 160, "seconds": 79.0, "accuracy": 0.42}]
+    trl = {**base, "system": "trl", "steps": 215, "train_seconds": 79.3, "final_accuracy": 0.48}
+    trl["points"] = [*points, {"step": 215, "seconds": 79.3, "accuracy": 0.48}]
+    summarize([tailor, trl], target=0.4)
+    assert (tailor["accuracy_at_equal_time"], trl["accuracy_at_equal_time"]) == (0.42, 0.48)
+
+    trl.update(train_seconds=80.0, points=[*points, {"step": 215, "seconds": 80.0, "accuracy": 0.48}])
+    summarize([tailor, trl], target=0.4)
+    assert trl["accuracy_at_equal_time"] == 0.3  # 1 s late is more than one of its 0.37 s steps
+
+
 @pytest.mark.integration
 def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path):
     variant = "sync:train.max_staleness=0,train.sync_every=1"

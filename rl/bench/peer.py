@@ -101,9 +101,13 @@ def time_to(points: list[dict[str, float]], target: float) -> float | None:
     return next((p["seconds"] for p in points if p["accuracy"] >= target), None)
 
 
-def accuracy_at(points: list[dict[str, float]], seconds: float) -> float:
-    """The accuracy of the last evaluation at or before ``seconds`` of training."""
-    return [p for p in points if p["seconds"] <= seconds + 1e-9][-1]["accuracy"]
+def accuracy_at(run: dict[str, Any], seconds: float) -> float:
+    """``run``'s accuracy at ``seconds`` of training: that of its last evaluation at or before it, or its final one
+    when it stopped within one of its own steps after it (a run budgeted to that time stops at the first step past
+    the budget, so an equal-time peer ends a fraction of a step late and its final evaluation is the one to read)."""
+    if run["train_seconds"] <= seconds + run["train_seconds"] / max(run["steps"], 1):
+        return run["final_accuracy"]
+    return [p for p in run["points"] if p["seconds"] <= seconds + 1e-9][-1]["accuracy"]
 
 
 def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, Any]]:
@@ -116,7 +120,7 @@ def summarize(results: list[dict[str, Any]], target: float) -> list[dict[str, An
     for r in results:
         r["time_to_target_s"] = time_to(r["points"], target)
         r["equal_time_s"] = equal[r["seed"]]
-        r["accuracy_at_equal_time"] = accuracy_at(r["points"], equal[r["seed"]])
+        r["accuracy_at_equal_time"] = accuracy_at(r, equal[r["seed"]])
     peer = {r["seed"]: r for r in results if r["system"] == PEER}
     systems = []
     for name in dict.fromkeys(r["system"] for r in results):
