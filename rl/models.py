@@ -15,7 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 log = logging.getLogger("rl.models")
@@ -222,15 +222,18 @@ def _staging_dir(out: Path) -> Path:
 
 
 def _publish(tmp: Path, out: Path) -> None:
-    """Move a finished build into place; a concurrent build that finished first wins."""
-    if (out / "model.safetensors").exists():
-        shutil.rmtree(tmp, ignore_errors=True)
-        return
-    shutil.rmtree(out, ignore_errors=True)
+    """Move a finished build into place; a concurrent build that finished first wins and is never removed (another
+    process, a parallel test worker say, may already be reading it)."""
     try:
-        tmp.rename(out)
+        tmp.rename(out)  # atomic; fails if ``out`` is there and not empty
+        return
     except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
+        pass
+    if not (out / "model.safetensors").exists():  # an unfinished leftover, not a build: replace it
+        shutil.rmtree(out, ignore_errors=True)
+        with suppress(OSError):
+            tmp.rename(out)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _find_smollm2_gguf() -> Path:

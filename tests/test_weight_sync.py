@@ -33,6 +33,15 @@ def mean_abs_gap(trainer: TrainerWorker, samples, prompt: list[int]) -> float:
     return float(np.mean(gaps))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def base_weights_back(rollout_worker, tiny_model_dir):
+    """The session's engine gets its base weights back as version 0 once this file is done: its tests load trained
+    weights into it, and files after it expect the engine as it started (test_rollout_worker's early stop did not)."""
+    yield
+    base = TrainerWorker(TrainerSpec(model=tiny_model_dir)).weights_for_sync()
+    ray.get(rollout_worker.load_weights.remote(base, 0))
+
+
 LORA_ADAPTER = LoraConfig(rank=4, sync="adapter")  # served by vLLM's LoRA support: a sync sends the adapter only
 LORA_MERGED = LoraConfig(rank=4, sync="merged")
 
