@@ -28,9 +28,12 @@ def encode(tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def user_train_run(tiny_model_dir, tmp_path_factory):
-    """One ``rl train`` run as a user runs it, watched (tests/user_run.py); the console and loopback tests read it."""
-    from user_run import run_rl_train
+    """One ``rl train`` run as a user runs it, watched (tests/user_run.py); the console and loopback tests read it.
+    Under pytest-xdist the workers share it through their session's common temporary folder."""
+    from user_run import run_once, run_rl_train
 
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return run_once(tmp_path_factory.getbasetemp().parent)
     return run_rl_train(tmp_path_factory.mktemp("user-run"))
 
 

@@ -14,13 +14,27 @@ from rl.driver import Driver
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 
 
+def _mapped_semaphores() -> set[str]:
+    """The ``/dev/shm/sem.mp-*`` files some live process has open (a named semaphore is mapped while in use)."""
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            mapped |= {line.split()[-1] for line in maps.read_text().splitlines() if "/dev/shm/sem.mp-" in line}
+        except OSError:  # the process ended, or is not ours to read
+            continue
+    return mapped
+
+
 @pytest.fixture(autouse=True)
 def _unlink_semaphores_of_killed_workers():
-    """A SIGKILLed engine cannot unlink its multiprocessing semaphores: remove the ones a test leaves behind."""
+    """A SIGKILLed engine cannot unlink its multiprocessing semaphores: remove the ones a test leaves behind that no
+    live process uses (another pytest worker may be starting an engine whose semaphores are new too)."""
     before = set(Path("/dev/shm").glob("sem.mp-*"))
     yield
+    in_use = _mapped_semaphores()
     for path in set(Path("/dev/shm").glob("sem.mp-*")) - before:
-        path.unlink(missing_ok=True)
+        if str(path) not in in_use:
+            path.unlink(missing_ok=True)
 
 
 def run_killing_after_first_step(driver: Driver, victim: int) -> dict:

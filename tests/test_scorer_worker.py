@@ -16,6 +16,7 @@ from rl.shaping.sart import SartController
 from rl.shaping.scorers import ExternalScorer
 
 PROMPT = "3+4="
+CAP = 120  # response tokens that fit the session engine's 128-token context after PROMPT
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +70,13 @@ def test_sart_prunes_through_the_scorer_actor(rollout_worker, tiny_model_dir, en
         return ray.get(rollout_worker.generate_group.remote(tag, encode(PROMPT), sampling, controller, 0.02, client))
 
     try:
-        # every sample runs to the cap (no early stop), so the only aborts are the scorer's prunes
-        result = group("sart-remote-cap", SamplingSpec(max_tokens=48, ignore_eos=True))
+        # every sample runs to the cap (no early stop), so the only aborts are the scorer's prunes; a long cap (the
+        # engine's 128-token context) leaves a busy machine's scorer the time to answer a tick before samples end
+        result = group("sart-remote-cap", SamplingSpec(max_tokens=CAP, ignore_eos=True))
         stats = result.controller_stats
         assert stats["pruned"] == 3 and stats["aborted"] == 0 and result.score_failures == 0
         cut = [n for n, why in zip(result.all_lengths, result.finish_reasons, strict=True) if why == "abort"]
-        assert len(cut) == 3 and max(cut) < 48
+        assert len(cut) == 3 and max(cut) < CAP
         assert len(result.samples) == 2  # kept groups have exactly M samples (here truncated ones)
         # the controller has no scores of its own: they all came from the actor, and they are log-probs; a tick scores
         # the samples that have started, so how many were scored before the 3 prunes depends on the engine's pace

@@ -33,13 +33,19 @@ def mean_abs_gap(trainer: TrainerWorker, samples, prompt: list[int]) -> float:
     return float(np.mean(gaps))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def base_weights_back(rollout_worker, tiny_model_dir):
-    """The session's engine gets its base weights back as version 0 once this file is done: its tests load trained
-    weights into it, and files after it expect the engine as it started (test_rollout_worker's early stop did not)."""
+@pytest.fixture(scope="module")
+def base_weights(tiny_model_dir) -> bytes:
+    return TrainerWorker(TrainerSpec(model=tiny_model_dir)).weights_for_sync()
+
+
+@pytest.fixture(autouse=True)
+def engine_on_base_weights(rollout_worker, base_weights):
+    """Each test starts and ends with the session's engine on its base weights as version 0: the tests load trained
+    weights into it, and neither the next test here (whose trainer starts from the base weights) nor the files after
+    this one (test_rollout_worker's early stop) may find them there."""
+    ray.get(rollout_worker.load_weights.remote(base_weights, 0))
     yield
-    base = TrainerWorker(TrainerSpec(model=tiny_model_dir)).weights_for_sync()
-    ray.get(rollout_worker.load_weights.remote(base, 0))
+    ray.get(rollout_worker.load_weights.remote(base_weights, 0))
 
 
 LORA_ADAPTER = LoraConfig(rank=4, sync="adapter")  # served by vLLM's LoRA support: a sync sends the adapter only

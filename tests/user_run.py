@@ -1,9 +1,10 @@
 """One ``rl train`` on the tiny model run as a user runs it (a subprocess, the engine core in its own process),
 watched while it runs: its whole console and every TCP socket its process tree listened on. Shared by the console
-and loopback tests (tests/conftest.py's ``user_train_run``), so the run is paid for once."""
+and loopback tests (tests/conftest.py's ``user_train_run``), so the run is paid for once, by one pytest worker."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -67,3 +68,21 @@ def run_rl_train(out_dir: Path, name: str = "user") -> UserRun:
         if proc.poll() is None:
             proc.kill()
     return UserRun(proc.wait(timeout=60), log.read_text(), seen, out_dir / name)
+
+
+def run_once(root: Path) -> UserRun:
+    """The run of ``run_rl_train(root / "user-run")``, made once for every process that asks with the same ``root``
+    (the pytest-xdist workers of one session): the first runs it under a file lock and records it, the others wait
+    for the record and read it."""
+    from filelock import FileLock
+
+    record = root / "user-run.json"
+    with FileLock(str(root / "user-run.lock")):
+        if not record.is_file():
+            (root / "user-run").mkdir(exist_ok=True)
+            run = run_rl_train(root / "user-run")
+            fields = {"returncode": run.returncode, "console": run.console, "run_dir": str(run.run_dir)}
+            record.write_text(json.dumps({**fields, "listening": sorted(run.listening)}))
+    data = json.loads(record.read_text())
+    listened = {(name, address, port) for name, address, port in data["listening"]}
+    return UserRun(data["returncode"], data["console"], listened, Path(data["run_dir"]))
