@@ -2,6 +2,7 @@
 replacement when it was the only one."""
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -14,12 +15,13 @@ from rl.driver import Driver
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 
 
-def _mapped_semaphores() -> set[str]:
-    """The ``/dev/shm/sem.mp-*`` files some live process has open (a named semaphore is mapped while in use)."""
+def _mapped_semaphore_inodes() -> set[int]:
+    """Inodes of the named semaphores some live process has mapped (one is mapped while in use; its creator maps it
+    under the temporary name it was made as, so the inode, not the name, says which file it is)."""
     mapped = set()
     for maps in Path("/proc").glob("[0-9]*/maps"):
         try:
-            mapped |= {line.split()[-1] for line in maps.read_text().splitlines() if "/dev/shm/sem.mp-" in line}
+            mapped |= {int(line.split()[4]) for line in maps.read_text().splitlines() if "/dev/shm/sem." in line}
         except OSError:  # the process ended, or is not ours to read
             continue
     return mapped
@@ -31,10 +33,11 @@ def _unlink_semaphores_of_killed_workers():
     live process uses (another pytest worker may be starting an engine whose semaphores are new too)."""
     before = set(Path("/dev/shm").glob("sem.mp-*"))
     yield
-    in_use = _mapped_semaphores()
+    in_use = _mapped_semaphore_inodes()
     for path in set(Path("/dev/shm").glob("sem.mp-*")) - before:
-        if str(path) not in in_use:
-            path.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_ino not in in_use:
+                path.unlink()
 
 
 def run_killing_after_first_step(driver: Driver, victim: int) -> dict:
