@@ -11,6 +11,7 @@ from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
+from small_runs import base_weights
 
 from rl.config import LoraConfig
 from rl.types import Group, PromptRow
@@ -33,19 +34,15 @@ def mean_abs_gap(trainer: TrainerWorker, samples, prompt: list[int]) -> float:
     return float(np.mean(gaps))
 
 
-@pytest.fixture(scope="module")
-def base_weights(tiny_model_dir) -> bytes:
-    return TrainerWorker(TrainerSpec(model=tiny_model_dir)).weights_for_sync()
-
-
 @pytest.fixture(autouse=True)
-def engine_on_base_weights(rollout_worker, base_weights):
+def engine_on_base_weights(rollout_worker, tiny_model_dir):
     """Each test starts and ends with the session's engine on its base weights as version 0: the tests load trained
     weights into it, and neither the next test here (whose trainer starts from the base weights) nor the files after
     this one (test_rollout_worker's early stop) may find them there."""
-    ray.get(rollout_worker.load_weights.remote(base_weights, 0))
+    base = base_weights(tiny_model_dir)
+    ray.get(rollout_worker.load_weights.remote(base, 0))
     yield
-    ray.get(rollout_worker.load_weights.remote(base_weights, 0))
+    ray.get(rollout_worker.load_weights.remote(base, 0))
 
 
 LORA_ADAPTER = LoraConfig(rank=4, sync="adapter")  # served by vLLM's LoRA support: a sync sends the adapter only
@@ -81,7 +78,7 @@ def test_sync_makes_engine_logprobs_match_trainer(request, tiny_model_dir, encod
     assert before > 1e-2, f"trainer and engine should differ before the sync, gap {before}"
 
     blob = trainer.weights_for_sync()
-    full_bytes = len(TrainerWorker(TrainerSpec(model=tiny_model_dir)).weights_for_sync())
+    full_bytes = len(base_weights(tiny_model_dir))
     assert (len(blob) < full_bytes / 5) == (lora is LORA_ADAPTER)  # the adapter alone is a fraction of the model
     seconds = ray.get(worker.load_weights.remote(blob, 7))
     assert seconds > 0
