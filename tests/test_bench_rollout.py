@@ -322,13 +322,18 @@ def test_engine_runs_higher_priority_first(bench_engine, encode):
     prompt = encode("1+2=")
 
     async def scenario() -> dict[str, float]:
+        live: dict[str, RequestTrace] = {}
+
         def run(name: str, priority: int):
-            return asyncio.ensure_future(engine.generate(RequestTrace(f"prio-{name}"), prompt, sampling, priority))
+            live[name] = RequestTrace(f"prio-{name}")
+            return asyncio.ensure_future(engine.generate(live[name], prompt, sampling, priority))
 
         running = [run(f"run{i}", 5) for i in range(8)]
-        await asyncio.sleep(0.05)
+        # the first wave holds the 8 slots once each of its requests has a token (fixed sleeps raced the engine's
+        # pace on a busy machine); the queued requests and then the urgent one arrive while it has ~39 tokens to go
+        while not all(live[f"run{i}"].tokens for i in range(8)):
+            await asyncio.sleep(0.002)
         queued = [run(f"queued{i}", 5) for i in range(8)]
-        await asyncio.sleep(0.05)
         urgent = run("urgent", 0)
         traces = await asyncio.gather(*running, *queued, urgent)
         return {t.request_id: t.finished for t in traces}

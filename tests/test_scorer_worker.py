@@ -70,17 +70,23 @@ def test_sart_prunes_through_the_scorer_actor(rollout_worker, tiny_model_dir, en
         return ray.get(rollout_worker.generate_group.remote(tag, encode(PROMPT), sampling, controller, 0.02, client))
 
     try:
-        # every sample runs to the cap (no early stop), so the only aborts are the scorer's prunes; a long cap (the
-        # engine's 128-token context) leaves a busy machine's scorer the time to answer a tick before samples end
-        result = group("sart-remote-cap", SamplingSpec(max_tokens=CAP, ignore_eos=True))
-        stats = result.controller_stats
-        assert stats["pruned"] == 3 and stats["aborted"] == 0 and result.score_failures == 0
+        # every sample runs to the cap (no early stop), so the only aborts are the scorer's prunes. A prune needs a
+        # reply before the samples end: beside a neighbour's heavy load (a SmolLM2 engine in the other test worker) a
+        # whole 120-token group has ended before the first one, so up to three groups run; a broken path prunes none
+        for attempt in range(3):
+            texts_before = ray.get(scorer.stats.remote())["texts"]
+            result = group(f"sart-remote-cap{attempt}", SamplingSpec(max_tokens=CAP, ignore_eos=True))
+            stats = result.controller_stats
+            assert stats["aborted"] == 0 and result.score_failures == 0
+            if stats["pruned"]:
+                break
+        assert stats["pruned"] == 3
         cut = [n for n, why in zip(result.all_lengths, result.finish_reasons, strict=True) if why == "abort"]
         assert len(cut) == 3 and max(cut) < CAP
         assert len(result.samples) == 2  # kept groups have exactly M samples (here truncated ones)
         # the controller has no scores of its own: they all came from the actor, and they are log-probs; a tick scores
         # the samples that have started, so how many were scored before the 3 prunes depends on the engine's pace
-        assert ray.get(scorer.stats.remote())["texts"] == result.scored >= 3
+        assert ray.get(scorer.stats.remote())["texts"] - texts_before == result.scored >= 3
         assert all(s <= 0 for s in ray.get(scorer.score.remote(PROMPT, [s.text for s in result.samples])))
         # natural lengths: early stop plus the first completion scored remotely for phase 2
         result = group("sart-remote-eos", SamplingSpec(max_tokens=100, temperature=1.5))
