@@ -78,6 +78,15 @@ def test_an_equal_time_run_that_ends_a_step_late_is_read_at_its_end():
     summarize([tailor, trl], target=0.4)
     assert trl["accuracy_at_equal_time"] == 0.3  # 1 s late is more than one of its 0.37 s steps
 
+    # a recorded last step decides, not the mean: 0.311 s late after a 0.32 s last step (mean 0.308 s; seen in a run)
+    tailor.update(train_seconds=78.874, points=[*points, {"step": 160, "seconds": 78.874, "accuracy": 0.42}])
+    trl.update(steps=257, train_seconds=79.185, points=[*points, {"step": 257, "seconds": 79.185, "accuracy": 0.48}])
+    summarize([tailor, trl], target=0.4)
+    assert trl["accuracy_at_equal_time"] == 0.3
+    trl["last_step_seconds"] = 0.32
+    summarize([tailor, trl], target=0.4)
+    assert trl["accuracy_at_equal_time"] == 0.48
+
 
 @pytest.mark.integration
 def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path):
@@ -98,6 +107,7 @@ def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path)
     assert trl["time_to_target_s"] is not None and trl["time_to_target_s"] <= trl["train_seconds"]
     assert saved["target_accuracy"] == trl["final_accuracy"]
     assert len(trl["reward_curve"]) == 2 and trl["torch_threads"] >= 1
+    assert 0.0 < trl["last_step_seconds"] < trl["train_seconds"]
     # one evaluator: the untrained model scores the same in Tailor's run and in the snapshot evaluator (greedy)
     untrained = saved["untrained_accuracy"]
     assert untrained["tailor_in_run"] == [untrained["snapshot_evaluator"]]

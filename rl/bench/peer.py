@@ -103,9 +103,11 @@ def time_to(points: list[dict[str, float]], target: float) -> float | None:
 
 def accuracy_at(run: dict[str, Any], seconds: float) -> float:
     """``run``'s accuracy at ``seconds`` of training: that of its last evaluation at or before it, or its final one
-    when it stopped within one of its own steps after it (a run budgeted to that time stops at the first step past
-    the budget, so an equal-time peer ends a fraction of a step late and its final evaluation is the one to read)."""
-    if run["train_seconds"] <= seconds + run["train_seconds"] / max(run["steps"], 1):
+    when it stopped within its last step after it (a run budgeted to that time stops at the first step past the
+    budget, so an equal-time peer ends a fraction of a step late and its final evaluation is the one to read). The
+    last step's time is the run's ``last_step_seconds`` where recorded (TRL), else its mean step time."""
+    last_step = run.get("last_step_seconds") or run["train_seconds"] / max(run["steps"], 1)
+    if run["train_seconds"] <= seconds + last_step:
         return run["final_accuracy"]
     return [p for p in run["points"] if p["seconds"] <= seconds + 1e-9][-1]["accuracy"]
 
@@ -267,7 +269,9 @@ def run_peer_bench(recipe: Path, opts: PeerOptions) -> tuple[dict[str, Any], str
             for s in run.snapshots
         ]
         results.append(result(PEER, run.seed, run.steps, run.steps * run.samples_per_step, points))
-        results[-1].update(torch_threads=run.torch_threads, reward_curve=run.rewards)
+        results[-1].update(
+            torch_threads=run.torch_threads, reward_curve=run.rewards, last_step_seconds=run.last_step_seconds
+        )
         for s in run.snapshots:
             s.path.unlink()
     return write(recipe, opts, results, base.metrics["accuracy"])

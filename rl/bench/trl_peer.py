@@ -62,6 +62,7 @@ class PeerRun:
     seed: int
     steps: int = 0
     train_seconds: float = 0.0
+    last_step_seconds: float = 0.0  # the final step's time: a run stopped by a time budget ends up to that late
     samples_per_step: int = 0
     torch_threads: int = 0
     snapshots: list[Snapshot] = field(default_factory=list)
@@ -158,7 +159,7 @@ class SnapshotClock(TrainerCallback):
         due = self._due(*((clock, seconds) if seconds is not None else (step, self.budget.steps)))
         if due or control.should_training_stop or step >= self.budget.steps:
             self._snapshot(model, step, clock)
-        self.run.steps, self.run.train_seconds = step, clock
+        self.run.steps, self.run.last_step_seconds, self.run.train_seconds = step, clock - self.run.train_seconds, clock
         self.bar.update(step - self.bar.n)
 
     def _due(self, position: float, end: float) -> bool:
