@@ -70,9 +70,15 @@ class InferenceEngine(Protocol):
         """Ready to serve: tokens carry ``version`` from here on."""
 
     async def generate(
-        self, trace: RequestTrace, prompt_tokens: list[int], sampling: SamplingSpec, priority: int = 0
+        self,
+        trace: RequestTrace,
+        prompt_tokens: list[int],
+        sampling: SamplingSpec,
+        priority: int = 0,
+        stream: bool = True,
     ) -> RequestTrace:
-        """Run one request to its end (stop, length or abort), filling ``trace`` as tokens arrive."""
+        """Run one request to its end (stop, length or abort), filling ``trace`` as tokens arrive (``stream``), or
+        only when it ends: cheaper, for callers that never read a running trace."""
 
     async def generate_n(
         self, request_id: str, prompt_tokens: list[int], sampling: SamplingSpec, n: int

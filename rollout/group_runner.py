@@ -88,7 +88,8 @@ async def run_group(
         await engine.abort([traces[i].request_id for i in todo])
 
     position = {id(t): i for i, t in enumerate(traces)}
-    tasks = [asyncio.create_task(engine.generate(t, prompt_tokens, sampling, plan.priority)) for t in traces]
+    stream = progress_every_s > 0  # only progress ticks read running traces; the rest need no per-token output
+    tasks = [asyncio.create_task(engine.generate(t, prompt_tokens, sampling, plan.priority, stream)) for t in traces]
     ticker = (
         asyncio.create_task(_progress(traces, controller, apply, decode, progress_every_s, scorer))
         if progress_every_s > 0

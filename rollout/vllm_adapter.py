@@ -85,8 +85,9 @@ class VllmEngine:
         """Stamp the initial weight version so every token carries an integer version."""
         await self.engine.update_weight_version(str(self.version))
 
-    def _params(self, sampling: SamplingSpec, n: int = 1) -> Any:
-        """vLLM sampling parameters: streamed deltas, sampled-token log-probs, no detokenization."""
+    def _params(self, sampling: SamplingSpec, n: int = 1, stream: bool = True) -> Any:
+        """vLLM sampling parameters: sampled-token log-probs in flat lists, no detokenization; deltas streamed at
+        every engine step, or one output when the request ends (``stream=False``: no per-token output objects)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -97,14 +98,21 @@ class VllmEngine:
             top_p=sampling.top_p,
             ignore_eos=sampling.ignore_eos,
             logprobs=0,
-            output_kind=RequestOutputKind.DELTA,
+            flat_logprobs=True,
+            output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
             detokenize=False,
         )
 
     async def generate(
-        self, trace: RequestTrace, prompt_tokens: list[int], sampling: SamplingSpec, priority: int = 0
+        self,
+        trace: RequestTrace,
+        prompt_tokens: list[int],
+        sampling: SamplingSpec,
+        priority: int = 0,
+        stream: bool = True,
     ) -> RequestTrace:
-        """Run one request to its end (stop, length or abort), filling ``trace`` as tokens arrive.
+        """Run one request to its end (stop, length or abort), filling ``trace`` as tokens arrive (``stream``) or
+        when it ends. An unstreamed request's one output holds all its tokens, an aborted one's included.
 
         A request interrupted by a weight sync in ``interrupt`` mode (``load_weights``) is resubmitted as
         prompt + partial response with the remaining token budget: the kept tokens keep their version and
@@ -119,7 +127,7 @@ class VllmEngine:
             offset, version = len(trace.tokens), self.version
             request_id = trace.request_id if trace.resubmits == 0 else f"{trace.request_id}~{trace.resubmits}"
             self._live[trace.request_id] = request_id
-            params = self._params(replace(sampling, max_tokens=sampling.max_tokens - offset))
+            params = self._params(replace(sampling, max_tokens=sampling.max_tokens - offset), stream=stream)
             async for out in self.engine.generate(
                 {"prompt_token_ids": prompt_tokens + trace.tokens},
                 params,
@@ -128,7 +136,7 @@ class VllmEngine:
                 **kwargs,
             ):
                 c = out.outputs[0]
-                _append_delta(trace, c)
+                _append_output(trace, c)
                 if out.finished:
                     trace.finish_reason = str(c.finish_reason)
                     spans = getattr(c, "weight_versions", None) or []
@@ -164,7 +172,7 @@ class VllmEngine:
         ):
             for c in out.outputs:
                 trace = traces[c.index]
-                _append_delta(trace, c)
+                _append_output(trace, c)
                 if c.finish_reason is not None and trace.finish_reason is None:
                     trace.finish_reason = str(c.finish_reason)
                     trace.finished = time.monotonic()
@@ -261,11 +269,15 @@ def _stopped(timeout: float | None = None) -> None:
     """``AsyncLLM.shutdown`` of an engine already shut down."""
 
 
-def _append_delta(trace: RequestTrace, completion: Any) -> None:
-    """Add one streamed ``CompletionOutput`` delta (tokens and their log-probs) to ``trace``."""
+def _append_output(trace: RequestTrace, completion: Any) -> None:
+    """Add one ``CompletionOutput`` (a streamed delta, or a whole unstreamed request) to ``trace``: its tokens and
+    their log-probs (``FlatLogprobs`` with ``logprobs=0``: exactly the sampled token's, one per position)."""
     trace.tokens.extend(completion.token_ids)
-    if completion.logprobs:
-        trace.logprobs.extend(d[t].logprob for t, d in zip(completion.token_ids, completion.logprobs, strict=True))
+    if completion.logprobs is not None:
+        logprobs = completion.logprobs.logprobs
+        if len(logprobs) != len(completion.token_ids):
+            raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for {len(completion.token_ids)} tokens")
+        trace.logprobs.extend(logprobs)
 
 
 def configure_cpu_threads(bind: str | None) -> None:

@@ -23,9 +23,11 @@ class FakeEngine:
         self.step_s = step_s
         self.aborted: set[str] = set()
         self.traces: list[RequestTrace] = []
+        self.streamed: list[bool] = []  # each request's ``stream`` argument
 
-    async def generate(self, trace: RequestTrace, prompt_tokens, sampling, priority=0) -> RequestTrace:
+    async def generate(self, trace: RequestTrace, prompt_tokens, sampling, priority=0, stream=True) -> RequestTrace:
         self.traces.append(trace)
+        self.streamed.append(stream)
         index = int(trace.request_id.rsplit("-", 1)[1])
         while len(trace.tokens) < self.lengths[index] and trace.request_id not in self.aborted:
             await asyncio.sleep(self.step_s)
@@ -87,6 +89,16 @@ def test_running_samples_are_scored_in_batches_and_pruned_without_stalling_gener
     assert result.scored == sum(len(c) for c in scorer.calls) and result.score_failures == 0
     # every scoring call was awaited while the engine kept generating
     assert all(n > 0 for n in scorer.generated_during)
+    assert engine.streamed == [True] * 6  # the ticks read running samples: every request streams its tokens
+
+
+def test_a_group_without_progress_ticks_asks_for_unstreamed_requests():
+    engine = FakeEngine([30, 12, 20, 40])
+    run = run_group(engine, "g", [1, 2], SamplingSpec(max_tokens=400), DartsController(GroupPlan("p", 4, 2)), decode)
+    result = asyncio.run(run)
+    assert engine.streamed == [False] * 4  # nothing reads a running trace: one output per request is enough
+    assert [s.index for s in result.samples] == [1, 2]
+    assert result.finish_reasons == ["abort", "stop", "stop", "abort"]
 
 
 def test_a_failing_scorer_leaves_the_group_unpruned_but_complete():
