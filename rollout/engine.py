@@ -41,7 +41,8 @@ class SamplingSpec:
 
 @dataclass
 class RequestTrace:
-    """Live state of one request, updated as deltas stream in (readable by a pruning controller)."""
+    """Live state of one request, updated as deltas stream in (readable by a pruning controller), or once when it
+    ends if it was not streamed."""
 
     request_id: str
     tokens: list[int] = field(default_factory=list)

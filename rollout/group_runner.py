@@ -91,9 +91,7 @@ async def run_group(
     stream = progress_every_s > 0  # only progress ticks read running traces; the rest need no per-token output
     tasks = [asyncio.create_task(engine.generate(t, prompt_tokens, sampling, plan.priority, stream)) for t in traces]
     ticker = (
-        asyncio.create_task(_progress(traces, controller, apply, decode, progress_every_s, scorer))
-        if progress_every_s > 0
-        else None
+        asyncio.create_task(_progress(traces, controller, apply, decode, progress_every_s, scorer)) if stream else None
     )
     try:
         for next_done in asyncio.as_completed(tasks):
