@@ -4,6 +4,7 @@ gathered into the ``Fleet`` the driver takes (``start_fleet``)."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -132,8 +133,7 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None 
         lora=cfg.train.lora if cfg.train.lora is not None and cfg.train.lora.sync == "adapter" else None,
     )
     binds = cfg.rollout.cpu_threads_bind or [None] * cfg.rollout.num_workers
-    gpus = 1.0 if _has_gpus() else 0.0
-    actor = remote_rollout_worker(num_cpus=1, num_gpus=gpus)
+    actor = remote_rollout_worker(num_cpus=1, num_gpus=_gpus_per_actor(cfg))
     indices = range(cfg.rollout.num_workers) if indices is None else indices
     log.info("starting %d rollout engine%s on %s", len(indices), "s"[: len(indices) > 1], model_dir)
     return [actor.remote(spec, binds[i % len(binds)]) for i in indices]
@@ -144,7 +144,7 @@ def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:
 
     t = cfg.train
     spec = TrainerSpec.from_config(cfg, model_dir)
-    actor = ray.remote(num_cpus=1, num_gpus=1.0 if _has_gpus() else 0.0)(TrainerWorker)
+    actor = ray.remote(num_cpus=1, num_gpus=_gpus_per_actor(cfg))(TrainerWorker)
     trainers = [actor.remote(spec, rank, t.num_workers) for rank in range(t.num_workers)]
     if t.num_workers > 1:
         form_process_group(trainers)
@@ -182,3 +182,19 @@ def _has_gpus() -> bool:
     import ray
 
     return ray.cluster_resources().get("GPU", 0) > 0
+
+
+def _gpus_per_actor(cfg: RunConfig) -> float:
+    import ray
+
+    return gpu_share(ray.cluster_resources().get("GPU", 0), cfg.rollout.num_workers + cfg.train.num_workers)
+
+
+def gpu_share(cluster_gpus: float, actors: int) -> float:
+    """The GPUs each rollout engine and trainer asks Ray for: a whole one where the cluster has one for each, else an
+    equal share, so that on one GPU the engine and the trainer run side by side (colocated; ``rollout.
+    gpu_memory_utilization`` bounds the engine's part) instead of one waiting forever for the other's GPU. A share
+    is 1/k of one GPU, so k actors fill a GPU exactly."""
+    if cluster_gpus <= 0:
+        return 0.0
+    return 1.0 / math.ceil(actors / cluster_gpus) if actors > cluster_gpus else 1.0

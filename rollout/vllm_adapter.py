@@ -73,6 +73,10 @@ class VllmEngine:
 
                 kwargs["weight_transfer_config"] = WeightTransferConfig(backend=spec.weight_transfer)
         self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        # vLLM >= 0.27 stamps every token with the weight version it was sampled under; 0.26 (the last release for
+        # torch 2.11, what the GPU machines here run) cannot, so there a sync interrupts in-flight requests instead of
+        # keeping them: each resubmission then runs under one known version, and its span is exact
+        self.stamps_versions = hasattr(self.engine, "update_weight_version")
         self.version = 0
         self._live: dict[str, str] = {}  # trace id -> vLLM id of its current (possibly resubmitted) request
         self._caller_aborted: set[str] = set()
@@ -83,7 +87,7 @@ class VllmEngine:
 
     async def start(self) -> None:
         """Stamp the initial weight version so every token carries an integer version."""
-        await self.engine.update_weight_version(str(self.version))
+        await self.set_version(self.version)
 
     def _params(self, sampling: SamplingSpec, n: int = 1, stream: bool = True) -> Any:
         """vLLM sampling parameters: sampled-token log-probs in flat lists, no detokenization; deltas streamed at
@@ -139,7 +143,7 @@ class VllmEngine:
                 _append_output(trace, c)
                 if out.finished:
                     trace.finish_reason = str(c.finish_reason)
-                    spans = getattr(c, "weight_versions", None) or []
+                    spans = (getattr(c, "weight_versions", None) or []) if self.stamps_versions else []
                     trace.version_spans += [(int(s.version), s.start + offset, s.end + offset) for s in spans] or [
                         (version, offset, len(trace.tokens))
                     ]
@@ -185,17 +189,20 @@ class VllmEngine:
             await self.engine.abort([self._live.get(r, r) for r in request_ids])
 
     async def pause(self, interrupt: bool = False) -> None:
-        """Stop scheduling: in-flight requests are kept (vLLM ``keep``) or aborted for resubmission."""
+        """Stop scheduling: in-flight requests are kept (vLLM ``keep``) or aborted for resubmission (``interrupt``,
+        and always where vLLM cannot stamp token versions)."""
         self._serving.clear()
-        await self.engine.pause_generation(mode="abort" if interrupt else "keep", clear_cache=True)
+        keep = not interrupt and self.stamps_versions
+        await self.engine.pause_generation(mode="keep" if keep else "abort", clear_cache=True)
 
     async def resume(self) -> None:
         await self.engine.resume_generation()
         self._serving.set()
 
     async def set_version(self, version: int) -> None:
-        """Stamp tokens generated from now on with ``version``."""
-        await self.engine.update_weight_version(str(version))
+        """Stamp tokens generated from now on with ``version`` (where vLLM cannot, requests submitted from now on)."""
+        if self.stamps_versions:
+            await self.engine.update_weight_version(str(version))
         self.version = version
 
     async def load_weights(self, weights: bytes | str, version: int, interrupt: bool = False) -> float:

@@ -3,10 +3,17 @@
 Apart from the engine adapter (``vllm_adapter.py``) because it runs in the trainer's process: the weight channel
 hands ``NativeWeightSender`` to the trainer actor (``init_native_weight_sync``), so ``trainer/`` never imports
 ``rollout/`` and every vLLM call stays in ``rollout/``.
+
+Two trainer-side APIs exist. vLLM >= 0.27 has trainer engines (``WeightTransferTrainerFactory.trainer_init`` with a
+``TrainerInitInfo``; one ``send_weights`` drives the whole round). vLLM 0.26, the last release built for torch 2.11,
+has only the pieces: the trainer opens the NCCL group or shares CUDA IPC handles and drives the start / update /
+finish calls itself (``_Vllm026Sender``). The receiving side is the same in both.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from typing import Any
 
 
@@ -15,34 +22,75 @@ class NativeWeightSender:
 
     Built on the trainer's rank 0 from the HF policy module and the rollout workers' Ray handles, which
     expose vLLM's ``VLLMWeightSyncClient`` methods (``RolloutWorker`` forwards them to its engine).
-    Written against vLLM 0.32's documented trainer API; not run here (no GPU with vLLM was available).
     """
 
     def __init__(self, backend: str, model: Any, rollout_handles: list[Any]) -> None:
-        from vllm.distributed.weight_transfer import (
-            ModuleSource,
-            RayVLLMWeightSyncClient,
-            WeightTransferTrainerFactory,
-        )
+        from vllm.distributed.weight_transfer import RayVLLMWeightSyncClient, nccl_engine
+
+        client = RayVLLMWeightSyncClient(rollout_handles)
+        if backend not in ("nccl", "ipc"):
+            raise ValueError(f"unknown native weight-transfer backend {backend!r}; use 'nccl' or 'ipc'")
+        if not hasattr(nccl_engine, "NCCLTrainerInitInfo"):  # vLLM 0.26
+            self.engine: Any = _Vllm026Sender(backend, model, client, len(rollout_handles))
+            return
+        from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
 
         if backend == "nccl":
-            from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
             from vllm.utils.network_utils import get_ip, get_open_port
 
             # rank 0 is this sender; each rollout engine (tensor parallel 1) is one more NCCL rank
-            info = NCCLTrainerInitInfo(
+            info: Any = nccl_engine.NCCLTrainerInitInfo(
                 master_address=get_ip(), master_port=get_open_port(), world_size=1 + len(rollout_handles), rank=0
             )
-        elif backend == "ipc":
+        else:
             from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
 
             info = IPCTrainerInitInfo(rank=0)
-        else:
-            raise ValueError(f"unknown native weight-transfer backend {backend!r}; use 'nccl' or 'ipc'")
-        self.engine = WeightTransferTrainerFactory.trainer_init(
-            info, client=RayVLLMWeightSyncClient(rollout_handles), source=ModuleSource(model)
-        )
+        self.engine = WeightTransferTrainerFactory.trainer_init(info, client=client, source=ModuleSource(model))
 
     def send(self) -> None:
         """start -> update (concurrently with the broadcast) -> finish on every rollout engine."""
         self.engine.send_weights()
+
+
+class _Vllm026Sender:
+    """vLLM 0.26's transfer driven by hand. ``nccl``: one rendezvous, then per sync start -> (the engines receive
+    while this process broadcasts, packed) -> finish. ``ipc`` (trainer and engine on the same GPU): start -> CUDA IPC
+    handles of the parameters sent in one update call -> finish. Parameters go in the trainer's dtype; the engine
+    casts them as it loads."""
+
+    def __init__(self, backend: str, model: Any, client: Any, engines: int) -> None:
+        self.backend, self.model, self.client = backend, model, client
+        if backend == "ipc":
+            client.init_weight_transfer_engine({})
+            return
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+        from vllm.utils.network_utils import get_ip, get_open_port
+
+        group = {"master_address": get_ip(), "master_port": get_open_port(), "world_size": 1 + engines}
+        with ThreadPoolExecutor(1) as pool:  # both sides block in the rendezvous
+            engines_joined = pool.submit(client.init_weight_transfer_engine, {**group, "rank_offset": 1})
+            self.group = NCCLWeightTransferEngine.trainer_init(group)
+            engines_joined.result()
+
+    def send_weights(self) -> None:
+        from vllm.distributed.weight_transfer.ipc_engine import IPCWeightTransferEngine
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
+
+        params = [(name, p.detach()) for name, p in self.model.named_parameters()]
+        self.client.start_weight_update()
+        if self.backend == "ipc":
+            send = {"send_mode": lambda info: self.client.update_weights(asdict(info)), "packed": False}
+            IPCWeightTransferEngine.trainer_send_weights(iter(params), send)
+        else:
+            update = {
+                "names": [name for name, _ in params],
+                "dtype_names": [str(t.dtype).removeprefix("torch.") for _, t in params],
+                "shapes": [list(t.shape) for _, t in params],
+                "packed": True,
+            }
+            with ThreadPoolExecutor(1) as pool:
+                received = pool.submit(self.client.update_weights, update)
+                NCCLWeightTransferEngine.trainer_send_weights(iter(params), {"group": self.group, "packed": True})
+                received.result()
+        self.client.finish_weight_update()

@@ -191,6 +191,18 @@ def test_engine_kv_cache_covers_the_widest_mode(tiny_model_dir, monkeypatch):
     assert sized == [4 * 16, 4 * 24]  # max_redundancy 2.0 (the default) and 3.0 times M = 8
 
 
+def test_a_recipe_brings_its_cuda_graph_setting_to_the_engine(tiny_model_dir):
+    from rl.bench.rollout import RolloutBench, RolloutBenchConfig
+    from rl.cli import recipe_path
+
+    def eager(**kw) -> bool:
+        return RolloutBench(RolloutBenchConfig(prompts=2, **kw), tiny_model_dir).engine_spec().enforce_eager
+
+    recipe = recipe_path("arith_tiny")
+    assert eager() and eager(recipe=recipe)  # the engine default, and the recipe's (rollout.enforce_eager: true)
+    assert not eager(recipe=recipe, recipe_overrides=["rollout.enforce_eager=false"])
+
+
 def test_each_repeat_sends_its_own_prompts(tiny_model_dir):
     from rl.bench.rollout import RolloutBench, RolloutBenchConfig
 

@@ -190,3 +190,13 @@ def test_groups_in_flight_at_the_end_stay_open_instead_of_failing(tmp_path, capl
     # they were cancelled with the run, not scored later against the closed reward pool as failed groups
     assert driver.counters.rollout_errors == 0, [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert summary["groups_unaccounted"] == 0
+
+
+def test_engines_and_trainers_share_the_gpus_when_there_are_fewer_gpus_than_actors():
+    from rl.actors import gpu_share
+
+    assert gpu_share(0, 2) == 0.0  # CPU cluster
+    assert gpu_share(1, 2) == 0.5  # one GPU: one engine and one trainer side by side
+    assert gpu_share(8, 2) == 1.0 and gpu_share(2, 2) == 1.0  # a whole GPU each where there are enough
+    assert gpu_share(3, 4) == 0.5  # 4 actors at 0.5 fit on 3 GPUs (at 0.75 only 3 would: no two share a GPU)
+    assert gpu_share(1, 3) == 1 / 3

