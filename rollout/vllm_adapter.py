@@ -261,7 +261,7 @@ class VllmEngine:
         await self.engine.finish_weight_update()
 
     def num_unfinished(self) -> int:
-        return self.engine.get_num_unfinished_requests()
+        return self.engine.output_processor.get_num_unfinished_requests()  # AsyncLLM has no shortcut in vLLM 0.26
 
     def shutdown(self) -> None:
         """Stop the engine now. ``AsyncLLM.__del__`` would call its ``shutdown`` again at interpreter exit, after
@@ -280,7 +280,8 @@ def _append_output(trace: RequestTrace, completion: Any) -> None:
     """Add one ``CompletionOutput`` (a streamed delta, or a whole unstreamed request) to ``trace``: its tokens and
     their log-probs (``FlatLogprobs`` with ``logprobs=0``: exactly the sampled token's, one per position)."""
     trace.tokens.extend(completion.token_ids)
-    if completion.logprobs is not None:
+    if completion.logprobs is not None and completion.token_ids:  # vLLM 0.26 ends an aborted stream with an empty
+        # delta that repeats earlier log-probs
         logprobs = completion.logprobs.logprobs
         if len(logprobs) != len(completion.token_ids):
             raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for {len(completion.token_ids)} tokens")

