@@ -6,14 +6,14 @@ hands ``NativeWeightSender`` to the trainer actor (``init_native_weight_sync``),
 
 Two trainer-side APIs exist. vLLM >= 0.27 has trainer engines (``WeightTransferTrainerFactory.trainer_init`` with a
 ``TrainerInitInfo``; one ``send_weights`` drives the whole round). vLLM 0.26, the last release built for torch 2.11,
-has only the pieces: the trainer opens the NCCL group or shares CUDA IPC handles and drives the start / update /
-finish calls itself (``_Vllm026Sender``). The receiving side is the same in both.
+has only the NCCL pieces: the trainer opens the group, broadcasts, and drives the start / update / finish calls
+itself (``_Vllm026NcclSender``; its rendezvous ran on an H200 up to NCCL's refusal of two ranks on one GPU). The
+receiving side is the same in both.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from typing import Any
 
 
@@ -31,7 +31,9 @@ class NativeWeightSender:
         if backend not in ("nccl", "ipc"):
             raise ValueError(f"unknown native weight-transfer backend {backend!r}; use 'nccl' or 'ipc'")
         if not hasattr(nccl_engine, "NCCLTrainerInitInfo"):  # vLLM 0.26
-            self.engine: Any = _Vllm026Sender(backend, model, client, len(rollout_handles))
+            if backend != "nccl":
+                raise ValueError("with vLLM 0.26 the native weight transfer is nccl only")
+            self.engine: Any = _Vllm026NcclSender(model, client, len(rollout_handles))
             return
         from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
 
@@ -53,20 +55,16 @@ class NativeWeightSender:
         self.engine.send_weights()
 
 
-class _Vllm026Sender:
-    """vLLM 0.26's transfer driven by hand. ``nccl``: one rendezvous, then per sync start -> (the engines receive
-    while this process broadcasts, packed) -> finish. ``ipc`` (trainer and engine on the same GPU): start -> CUDA IPC
-    handles of the parameters sent in one update call -> finish. Parameters go in the trainer's dtype; the engine
-    casts them as it loads."""
+class _Vllm026NcclSender:
+    """vLLM 0.26's NCCL transfer driven by hand: one rendezvous, then per sync start -> (the engines receive while
+    this process broadcasts, packed) -> finish. Parameters go in the trainer's dtype; the engine casts them as it
+    loads. (0.26's CUDA IPC route is not wired: Tailor's config refuses ``ipc``.)"""
 
-    def __init__(self, backend: str, model: Any, client: Any, engines: int) -> None:
-        self.backend, self.model, self.client = backend, model, client
-        if backend == "ipc":
-            client.init_weight_transfer_engine({})
-            return
+    def __init__(self, model: Any, client: Any, engines: int) -> None:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
         from vllm.utils.network_utils import get_ip, get_open_port
 
+        self.model, self.client, self.nccl = model, client, NCCLWeightTransferEngine
         group = {"master_address": get_ip(), "master_port": get_open_port(), "world_size": 1 + engines}
         with ThreadPoolExecutor(1) as pool:  # both sides block in the rendezvous
             engines_joined = pool.submit(client.init_weight_transfer_engine, {**group, "rank_offset": 1})
@@ -74,23 +72,16 @@ class _Vllm026Sender:
             engines_joined.result()
 
     def send_weights(self) -> None:
-        from vllm.distributed.weight_transfer.ipc_engine import IPCWeightTransferEngine
-        from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
-
         params = [(name, p.detach()) for name, p in self.model.named_parameters()]
+        update = {
+            "names": [name for name, _ in params],
+            "dtype_names": [str(t.dtype).removeprefix("torch.") for _, t in params],
+            "shapes": [list(t.shape) for _, t in params],
+            "packed": True,
+        }
         self.client.start_weight_update()
-        if self.backend == "ipc":
-            send = {"send_mode": lambda info: self.client.update_weights(asdict(info)), "packed": False}
-            IPCWeightTransferEngine.trainer_send_weights(iter(params), send)
-        else:
-            update = {
-                "names": [name for name, _ in params],
-                "dtype_names": [str(t.dtype).removeprefix("torch.") for _, t in params],
-                "shapes": [list(t.shape) for _, t in params],
-                "packed": True,
-            }
-            with ThreadPoolExecutor(1) as pool:
-                received = pool.submit(self.client.update_weights, update)
-                NCCLWeightTransferEngine.trainer_send_weights(iter(params), {"group": self.group, "packed": True})
-                received.result()
+        with ThreadPoolExecutor(1) as pool:
+            received = pool.submit(self.client.update_weights, update)
+            self.nccl.trainer_send_weights(iter(params), {"group": self.group, "packed": True})
+            received.result()
         self.client.finish_weight_update()
