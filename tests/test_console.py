@@ -116,8 +116,8 @@ def test_the_training_bar_shows_the_key_metrics():
 
 
 def _console(cmd: list[str], tmp_path: Path) -> str:
-    """Run an ``rl`` command as a user does (engine core in its own process); its stdout and stderr together."""
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    """Run an ``rl`` command as a user does (in a user's environment); its stdout and stderr together."""
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # conftest's, not a user's
     done = subprocess.run(
         [sys.executable, "-m", "rl.cli", *cmd], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
     )

@@ -1,4 +1,4 @@
-"""One ``rl train`` on the tiny model run as a user runs it (a subprocess, the engine core in its own process),
+"""One ``rl train`` on the tiny model run as a user runs it (a subprocess, in the environment a user has),
 watched while it runs: its whole console and every TCP socket its process tree listened on. Shared by the console
 and loopback tests (tests/conftest.py's ``user_train_run``), so the run is paid for once, by one pytest worker."""
 
@@ -54,7 +54,7 @@ def listening(root: psutil.Process) -> set[tuple[str, str, int]]:
 def run_rl_train(out_dir: Path, name: str = "user") -> UserRun:
     """``rl train arith_tiny`` with ``RUN`` into ``out_dir/name``, sampling its listening sockets until it ends."""
     cmd = [sys.executable, "-m", "rl.cli", "train", "arith_tiny", *RUN, f"output_dir={out_dir}", f"name={name}"]
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # as a user's run: the engine core in its own process
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # conftest's, not a user's
     log = out_dir / f"{name}.console"
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=out_dir)
