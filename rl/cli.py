@@ -48,6 +48,19 @@ def checked_config(build: Callable[[], T]) -> T | None:
     return None
 
 
+def inputs_usable(cfg: RunConfig) -> bool:
+    """Whether ``cfg``'s model, data and rewards pass preflight; if not, prints the one-line reason (nothing has
+    started yet). The bench commands check their recipe with the command's overrides once, before any run."""
+    from rl.preflight import BadInput, preflight
+
+    try:
+        preflight(cfg)
+    except BadInput as e:
+        print(f"bad input: {e}", file=sys.stderr)
+        return False
+    return True
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from rl.checkpoint import CheckpointError, resume_config
     from rl.config import describe_config, load_config
@@ -232,6 +245,13 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"invalid benchmark options: {e}", file=sys.stderr)
         return 2
+    from rl.preflight import BadInput, check_model_path
+
+    try:
+        check_model_path(cfg.model, "model.path" if args.recipe and not args.model else "--model")
+    except BadInput as e:
+        print(f"bad input: {e}", file=sys.stderr)
+        return 2
     _route_output(args, cfg.out_dir / "logs")
     result = run_rollout_bench(cfg)
     print(result["table"])
@@ -241,6 +261,7 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
 
 def cmd_bench_train(args: argparse.Namespace) -> int:
     from rl.bench.train import default_variants, parse_variant, run_train_bench, variant_configs
+    from rl.config import load_config
 
     common = [f"train.max_steps={args.steps}", *args.overrides] if args.steps else list(args.overrides)
 
@@ -254,6 +275,8 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     recipe, variants = checked
+    if not inputs_usable(load_config(recipe, common)):
+        return 2
     _route_output(args, args.out / "logs")
     _, table = run_train_bench(recipe, variants, common, args.out)
     print(table)
@@ -264,6 +287,7 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
 def cmd_bench_peer(args: argparse.Namespace) -> int:
     from rl.bench.peer import PeerOptions, check, default_variants, run_peer_bench
     from rl.bench.train import parse_variant
+    from rl.config import load_config
 
     def build() -> tuple[Path, PeerOptions]:
         opts = PeerOptions(
@@ -290,6 +314,8 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     recipe, opts = checked
+    if not inputs_usable(load_config(recipe, opts.overrides)):
+        return 2
     _route_output(args, opts.out_dir / "logs")
     _, table = run_peer_bench(recipe, opts)
     print(table)
@@ -572,7 +598,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = parse_args(argv)
     start_logging(verbose=getattr(args, "verbose", False))
-    return args.func(args)
+    from rl.preflight import BadInput
+
+    try:
+        return args.func(args)
+    except BadInput as e:  # a bench variant's own override, found when that variant starts
+        print(f"bad input: {e}", file=sys.stderr)
+        return 2
 
 
 def start_logging(verbose: bool) -> None:

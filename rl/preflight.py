@@ -61,21 +61,22 @@ def preflight(cfg: RunConfig) -> RunInputs:
     return RunInputs(model_dir, encoder, train, test)
 
 
-def check_model_path(path: str) -> str:
-    """The local directory of ``model.path``; a hub name is accepted as it is (no network here)."""
+def check_model_path(path: str, key: str = "model.path") -> str:
+    """The local directory of ``path`` (the option ``key`` names it in errors); a hub name is accepted as it is (no
+    network here)."""
     if path.startswith(BUILTIN_PREFIX):
         try:
             return resolve_model(path)
         except ValueError as e:
-            raise BadInput(f"model.path: {e}") from None
+            raise BadInput(f"{key}: {e}") from None
     local = Path(path).expanduser()
     if local.exists():
         if not (local / "config.json").is_file():
-            raise BadInput(f"model.path {path!r} has no config.json: give a Hugging Face model directory")
+            raise BadInput(f"{key} {path!r} has no config.json: give a Hugging Face model directory")
         return str(local)
     if path.startswith((".", "/", "~")) or not _HUB_NAME.fullmatch(path):
         raise BadInput(
-            f"model.path {path!r} does not exist; give a local model directory, builtin:arith-tiny, "
+            f"{key} {path!r} does not exist; give a local model directory, builtin:arith-tiny, "
             f"builtin:smollm2-135m or a hub name like Qwen/Qwen2.5-0.5B-Instruct"
         )
     return path

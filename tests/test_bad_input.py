@@ -244,3 +244,31 @@ def test_subprocess_exit_code_and_no_traceback(tmp_path):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert "bad input: data.source" in done.stderr and "fewer than train.batch_groups (4)" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["bench", "rollout", "--model", "/no/such/model"], "bad input: --model '/no/such/model' does not exist"),
+        (["bench", "rollout", "--cost-model", "no_such_profile"], "decode profile 'no_such_profile' not found"),
+        (["bench", "rollout", "--reward", "no_such_reward"], "reward spec 'no_such_reward'"),
+        (["bench", "train", "arith_tiny", "model.path=/no/such/model"], "bad input: model.path '/no/such/model'"),
+        (["bench", "train", "arith_tiny", "data.source=/no/such.jsonl"], "bad input: data.source"),
+    ],
+    ids=["rollout-model", "rollout-profile", "rollout-reward", "train-model", "train-data"],
+)
+def test_bench_commands_answer_bad_input_in_one_line_before_anything_starts(capsys, monkeypatch, argv, expected):
+    import ray
+
+    import rl.bench.rollout
+    import rl.bench.train
+
+    def tripwire(*_args, **_kwargs):
+        raise AssertionError("bad input reached a benchmark run")
+
+    monkeypatch.setattr(rl.bench.rollout, "run_rollout_bench", tripwire)
+    monkeypatch.setattr(rl.bench.train, "run_train_bench", tripwire)
+    assert cli.main([*argv, "--out", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+    assert not ray.is_initialized()

@@ -54,6 +54,9 @@ class DecodeProfile:
         shipped = PROFILES_DIR / f"{file.name.removesuffix('.json')}.json"
         if not file.exists() and shipped.exists():
             file = shipped
+        if not file.is_file():
+            names = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.json")))
+            raise ValueError(f"decode profile {str(path)!r} not found: give a profile JSON or a shipped name ({names})")
         return cls.from_dict(json.loads(file.read_text()))
 
     def ptl(self, batch: float) -> float:

@@ -40,6 +40,7 @@ from rl.bench.summary import build_summary, markdown
 from rl.config import RolloutConfig, RunConfig, ShapingConfig, apply_overrides, load_config
 from rl.data.source import dataset_rows
 from rl.prompting import PromptEncoder
+from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
 from rl.rollout.group_runner import GroupResult, run_group
@@ -116,6 +117,20 @@ class RolloutBenchConfig(BaseModel):
     @classmethod
     def _in_process_scorer(cls, shaping: ShapingConfig) -> ShapingConfig:
         return in_process_scorer(shaping)
+
+    @field_validator("reward")
+    @classmethod
+    def _loadable_reward(cls, reward: str | None) -> str | None:
+        if reward not in (None, "none"):
+            load_reward_fn(reward)  # a ValueError naming the spec and what is wrong
+        return reward
+
+    @field_validator("cost_model")
+    @classmethod
+    def _readable_profile(cls, cost_model: str | None) -> str | None:
+        if cost_model is not None:
+            DecodeProfile.load(cost_model)
+        return cost_model
 
 
 def in_process_scorer(shaping: ShapingConfig) -> ShapingConfig:
