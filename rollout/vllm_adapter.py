@@ -280,8 +280,8 @@ def _append_output(trace: RequestTrace, completion: Any) -> None:
     """Add one ``CompletionOutput`` (a streamed delta, or a whole unstreamed request) to ``trace``: its tokens and
     their log-probs (``FlatLogprobs`` with ``logprobs=0``: exactly the sampled token's, one per position)."""
     trace.tokens.extend(completion.token_ids)
-    if completion.logprobs is not None and completion.token_ids:  # vLLM 0.26 ends an aborted stream with an empty
-        # delta that repeats earlier log-probs
+    # no tokens, nothing to add: vLLM 0.26 ends an aborted stream with an empty delta that repeats earlier log-probs
+    if completion.logprobs is not None and completion.token_ids:
         logprobs = completion.logprobs.logprobs
         if len(logprobs) != len(completion.token_ids):
             raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for {len(completion.token_ids)} tokens")
