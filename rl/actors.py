@@ -185,9 +185,12 @@ def _has_gpus() -> bool:
 
 
 def _gpus_per_actor(cfg: RunConfig) -> float:
+    """A rollout engine's or trainer's GPUs: a share of what SART's scorer worker (``shaping.scorer_gpus``) leaves."""
     import ray
 
-    return gpu_share(ray.cluster_resources().get("GPU", 0), cfg.rollout.num_workers + cfg.train.num_workers)
+    scorer = cfg.shaping.scorer_gpus if cfg.shaping.scorer_worker else 0.0
+    free = ray.cluster_resources().get("GPU", 0) - scorer
+    return gpu_share(free, cfg.rollout.num_workers + cfg.train.num_workers)
 
 
 def gpu_share(cluster_gpus: float, actors: int) -> float:

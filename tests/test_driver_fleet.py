@@ -200,3 +200,4 @@ def test_engines_and_trainers_share_the_gpus_when_there_are_fewer_gpus_than_acto
     assert gpu_share(8, 2) == 1.0 and gpu_share(2, 2) == 1.0  # a whole GPU each where there are enough
     assert gpu_share(3, 4) == 0.5  # 4 actors at 0.5 fit on 3 GPUs (at 0.75 only 3 would: no two share a GPU)
     assert gpu_share(1, 3) == 1 / 3
+    assert gpu_share(1 - 0.2, 2) == 1 / 3  # one GPU, 0.2 of it for SART's scorer: 1/3 + 1/3 + 0.2 fit on it
