@@ -48,19 +48,6 @@ def checked_config(build: Callable[[], T]) -> T | None:
     return None
 
 
-def inputs_usable(cfg: RunConfig) -> bool:
-    """Whether ``cfg``'s model, data and rewards pass preflight; if not, prints the one-line reason (nothing has
-    started yet). The bench commands check their recipe with the command's overrides once, before any run."""
-    from rl.preflight import BadInput, preflight
-
-    try:
-        preflight(cfg)
-    except BadInput as e:
-        print(f"bad input: {e}", file=sys.stderr)
-        return False
-    return True
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from rl.checkpoint import CheckpointError, resume_config
     from rl.config import describe_config, load_config
@@ -82,13 +69,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if built is None:
         return 2
     cfg, resume = built
-    from rl.preflight import BadInput, preflight
+    from rl.preflight import preflight
 
-    try:
-        inputs = preflight(cfg)
-    except BadInput as e:
-        print(f"bad input: {e}", file=sys.stderr)
-        return 2
+    inputs = preflight(cfg)  # bad input: one line from main()
     from rl.driver import Driver, RunFailed
 
     _route_output(args, cfg.run_dir / "logs")
@@ -245,13 +228,9 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"invalid benchmark options: {e}", file=sys.stderr)
         return 2
-    from rl.preflight import BadInput, check_model_path
+    from rl.preflight import check_model_path
 
-    try:
-        check_model_path(cfg.model, "model.path" if args.recipe and not args.model else "--model")
-    except BadInput as e:
-        print(f"bad input: {e}", file=sys.stderr)
-        return 2
+    check_model_path(cfg.model, "model.path" if args.recipe and not args.model else "--model")
     _route_output(args, cfg.out_dir / "logs")
     result = run_rollout_bench(cfg)
     print(result["table"])
@@ -262,6 +241,7 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
 def cmd_bench_train(args: argparse.Namespace) -> int:
     from rl.bench.train import default_variants, parse_variant, run_train_bench, variant_configs
     from rl.config import load_config
+    from rl.preflight import preflight
 
     common = [f"train.max_steps={args.steps}", *args.overrides] if args.steps else list(args.overrides)
 
@@ -275,8 +255,7 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     recipe, variants = checked
-    if not inputs_usable(load_config(recipe, common)):
-        return 2
+    preflight(load_config(recipe, common))  # the recipe's inputs with the command's overrides, before any variant
     _route_output(args, args.out / "logs")
     _, table = run_train_bench(recipe, variants, common, args.out)
     print(table)
@@ -288,6 +267,7 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     from rl.bench.peer import PeerOptions, check, default_variants, run_peer_bench
     from rl.bench.train import parse_variant
     from rl.config import load_config
+    from rl.preflight import preflight
 
     def build() -> tuple[Path, PeerOptions]:
         opts = PeerOptions(
@@ -314,8 +294,7 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     recipe, opts = checked
-    if not inputs_usable(load_config(recipe, opts.overrides)):
-        return 2
+    preflight(load_config(recipe, opts.overrides))  # the recipe's inputs with the command's overrides, before any run
     _route_output(args, opts.out_dir / "logs")
     _, table = run_peer_bench(recipe, opts)
     print(table)
@@ -602,7 +581,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except BadInput as e:  # a bench variant's own override, found when that variant starts
+    except BadInput as e:  # preflight's checks, in any command: one line, nothing started (or, for a bench
+        # variant's own override, found when that variant starts)
         print(f"bad input: {e}", file=sys.stderr)
         return 2
 
