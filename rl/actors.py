@@ -128,6 +128,7 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None 
         enforce_eager=cfg.rollout.enforce_eager,
         seed=cfg.rollout.seed,
         max_num_seqs=cfg.rollout.max_num_seqs,
+        stream_interval=cfg.shaping.progress_tokens or 1,
         priority_scheduling=cfg.shaping.priority != "none",
         weight_transfer=cfg.weight_sync.transport,
         lora=cfg.train.lora if cfg.train.lora is not None and cfg.train.lora.sync == "adapter" else None,

@@ -188,10 +188,12 @@ class ShapingConfig(Strict):
         description="SART: phase 1 prunes running samples scoring below alpha (the scorer's scale)",
     )
     beta: int = Field(default=shaping_defaults.PRUNE_BETA, ge=0, description="SART: at most beta prunes in phase 1")
-    progress_every_s: float = Field(
-        default=0.5,
-        gt=0,
-        description="how often SART (or long_wait) looks at running samples",
+    progress_every_tokens: int = Field(
+        default=shaping_defaults.PROGRESS_EVERY_TOKENS,
+        ge=1,
+        description="SART pruning and the long_wait deadline look at a group's running samples each time its "
+        "longest passes a multiple of this many tokens (the token clock: the same decisions on any device); "
+        "such groups are streamed this many tokens at a time",
     )
     priority: Literal["none", "longest_first", "shortest_first"] = Field(
         default="none",
@@ -251,6 +253,11 @@ class ShapingConfig(Strict):
     def watches_running(self) -> bool:
         """Whether the policy's controllers look at running samples (SART pruning, a DARTS long-slot deadline)."""
         return "sart" in self.policy or ("darts" in self.policy and self.long_wait is not None)
+
+    @property
+    def progress_tokens(self) -> int:
+        """The token clock's period where the controllers watch running samples, else 0 (nothing streamed)."""
+        return self.progress_every_tokens if self.watches_running else 0
 
     @property
     def scorer_worker(self) -> bool:

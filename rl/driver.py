@@ -123,7 +123,7 @@ class Driver:
             )
         self.sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
         self.eval_sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.eval.temperature)  # 0 = greedy
-        self.progress_every_s = cfg.shaping.progress_every_s if cfg.shaping.watches_running else 0.0
+        self.progress_every_tokens = cfg.shaping.progress_tokens
         self.group_ids = itertools.count()
         self.admission = AdmissionControl(cfg.train.batch_groups, cfg.train.max_staleness)
         self.counters = RunCounters(**saved.get("counters", {}))
@@ -263,7 +263,7 @@ class Driver:
                 prompt_tokens,
                 self.sampling,
                 self.policy.controller(plan),
-                self.progress_every_s,
+                self.progress_every_tokens,
                 ScorerClient(self.fleet.scorer, row.prompt) if self.fleet.scorer else None,
             )
             group = await self._score(row, prompt_tokens, result)

@@ -8,6 +8,7 @@ say) is one more file implementing it, chosen in ``start_engine``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,6 +29,9 @@ class EngineSpec:
     weight_transfer: str = "cpu"  # cpu | nccl | ipc
     priority_scheduling: bool = False
     max_num_seqs: int | None = None  # cap on running sequences; None: vLLM's default
+    stream_interval: int = 1  # a streamed request's output comes every this many tokens (and at its first and last)
+    load_format: str = "auto"  # "dummy": random weights from the model's config.json alone (benchmarks at real shapes)
+    skip_tokenizer_init: bool = False  # no tokenizer (a config-only model folder): token-id prompts, no texts
     lora: LoraConfig | None = None  # serve the policy as this adapter on the base model: weights are its tensors
 
 
@@ -76,10 +80,11 @@ class InferenceEngine(Protocol):
         prompt_tokens: list[int],
         sampling: SamplingSpec,
         priority: int = 0,
-        stream: bool = True,
+        on_output: Callable[[RequestTrace], None] | None = None,
     ) -> RequestTrace:
-        """Run one request to its end (stop, length or abort), filling ``trace`` as tokens arrive (``stream``), or
-        only when it ends: cheaper, for callers that never read a running trace."""
+        """Run one request to its end (stop, length or abort). With ``on_output`` the request is streamed: ``trace``
+        fills as outputs arrive (every ``spec.stream_interval`` tokens) and ``on_output(trace)`` runs after each;
+        without, ``trace`` fills once at the end: no per-token work, for callers that never read a running trace."""
 
     async def generate_n(
         self, request_id: str, prompt_tokens: list[int], sampling: SamplingSpec, n: int

@@ -1,10 +1,12 @@
 """Runs one prompt's group on one engine under a shaping controller.
 
-Every sample is its own request; each finish event goes to the controller, which answers which
-running samples to abort. When pruning is on, a progress tick shows the controller the running ones.
-With a model scorer (``score_texts``, a scorer worker bound to the prompt) each tick scores the running
-samples in one awaited batch call, and the first completed sample is scored before the controller sees
-it (SART's phase-2 threshold); the event loop keeps serving every other group meanwhile.
+Every sample is its own request; each finish event goes to the controller, which answers which running samples
+to abort (in one batched abort). When the controller watches running samples (SART pruning, DARTS's long-slot
+deadline), the group is streamed and a look on the token clock (every k tokens of its longest running sample) shows
+the controller the running ones; otherwise nothing is streamed. With a model scorer (``score_texts``, a scorer
+worker bound to the prompt) each look scores the running samples in one awaited batch call, and the first completed
+sample is scored before the controller sees it (SART's phase-2 threshold); the event loop keeps serving every other
+group meanwhile.
 """
 
 from __future__ import annotations
@@ -69,18 +71,24 @@ async def run_group(
     prompt_tokens: list[int],
     sampling: SamplingSpec,
     controller: GroupController,
-    decode=None,
-    progress_every_s: float = 0.0,
+    decode: Callable[[list[int]], str] | None = None,
+    progress_every_tokens: int = 0,
     score_texts: ScoreFn | None = None,
 ) -> GroupResult:
-    """Launch ``controller.plan.n_launch`` samples, apply the controller's decisions, return kept ones."""
+    """Launch ``controller.plan.n_launch`` samples, apply the controller's decisions, return kept ones.
+
+    With ``progress_every_tokens`` (k > 0) the samples are streamed and the controller sees the running ones each
+    time the group's longest running sample passes a multiple of k tokens: decisions on the token clock, the same
+    on any device. Without, requests are not streamed and the controller sees finish events only. Texts are
+    decoded only for kept samples and for what a controller that ``reads_text`` is shown.
+    """
     plan = controller.plan
     t0 = time.monotonic()
     traces = [RequestTrace(request_id=f"{group_id}-{i}") for i in range(plan.n_launch)]
     aborted: set[int] = set()
-    texts: dict[int, str] = {}
     scorer = _Scorer(score_texts, group_id) if score_texts else None
-    first_scored = False  # a completed sample's score went to the controller (phase 2 needs only the first)
+    reads_text = controller.reads_text and decode is not None
+    first_scored = False  # a completed sample went to the controller with its text and score (phase 2 needs one)
 
     async def apply(decision: Decision) -> None:
         todo = [i for i in decision.abort if i not in aborted and traces[i].finish_reason is None]
@@ -88,22 +96,25 @@ async def run_group(
         await engine.abort([traces[i].request_id for i in todo])
 
     position = {id(t): i for i, t in enumerate(traces)}
-    stream = progress_every_s > 0  # only progress ticks read running traces; the rest need no per-token output
-    tasks = [asyncio.create_task(engine.generate(t, prompt_tokens, sampling, plan.priority, stream)) for t in traces]
-    ticker = (
-        asyncio.create_task(_progress(traces, controller, apply, decode, progress_every_s, scorer)) if stream else None
-    )
+    progressed = asyncio.Event()
+    on_output = (lambda _trace: progressed.set()) if progress_every_tokens > 0 else None
+    tasks = [asyncio.create_task(engine.generate(t, prompt_tokens, sampling, plan.priority, on_output)) for t in traces]
+    ticker = None
+    if on_output is not None:
+        watch = _progress(traces, aborted, controller, apply, decode, progress_every_tokens, scorer, progressed)
+        ticker = asyncio.create_task(watch)
     try:
         for next_done in asyncio.as_completed(tasks):
             trace = await next_done
             i = position[id(trace)]
-            texts[i] = decode(trace.tokens) if decode else ""
-            score = None
-            if scorer and not first_scored and trace.finish_reason == "stop" and i not in aborted:
-                score = (await scorer([texts[i]]))[0]
-                first_scored = score is not None
-            finished = FinishedSample(i, len(trace.tokens), trace.finish_reason, texts[i], score)
-            await apply(controller.on_finish(finished))
+            text, score = "", None
+            if reads_text and not first_scored and trace.finish_reason == "stop" and i not in aborted:
+                text = decode(trace.tokens)
+                first_scored = scorer is None
+                if scorer:
+                    score = (await scorer([text]))[0]
+                    first_scored = score is not None
+            await apply(controller.on_finish(FinishedSample(i, len(trace.tokens), trace.finish_reason, text, score)))
     finally:
         if ticker:
             ticker.cancel()
@@ -115,7 +126,7 @@ async def run_group(
             logprobs=traces[i].logprobs,
             versions=traces[i].token_versions(engine.version),
             finish_reason=traces[i].finish_reason,
-            text=texts[i],
+            text=decode(traces[i].tokens) if decode else "",
         )
         for i in kept
     ]
@@ -145,21 +156,38 @@ async def run_group(
 
 
 async def _progress(
-    traces: list[RequestTrace], controller: GroupController, apply, decode, every_s: float, scorer: _Scorer | None
+    traces: list[RequestTrace],
+    aborted: set[int],
+    controller: GroupController,
+    apply: Callable[[Decision], Awaitable[None]],
+    decode: Callable[[list[int]], str] | None,
+    every_tokens: int,
+    scorer: _Scorer | None,
+    progressed: asyncio.Event,
 ) -> None:
+    """Show the controller the running samples each time the longest of them passes a multiple of
+    ``every_tokens`` (woken by streamed outputs; several outputs between two looks make one look)."""
+    reads_text = controller.reads_text and decode is not None
+    next_look = every_tokens
     while True:
-        await asyncio.sleep(every_s)
+        await progressed.wait()
+        progressed.clear()
+        live = [i for i, t in enumerate(traces) if t.finish_reason is None and i not in aborted]
+        clock = max((len(traces[i].tokens) for i in live), default=0)
+        if clock < next_look:
+            continue
+        next_look = (clock // every_tokens + 1) * every_tokens
         if not controller.prunable:
             continue
-        running = [
-            RunningSample(i, len(t.tokens), decode(t.tokens) if decode else "")
-            for i, t in enumerate(traces)
-            if t.finish_reason is None
-        ]
+        text = decode if reads_text else _no_text
+        running = [RunningSample(i, len(traces[i].tokens), text(traces[i].tokens)) for i in live]
         if scorer:
             running = await _scored(running, scorer)
-        if running:
-            await apply(controller.on_progress(running))
+        await apply(controller.on_progress(running))
+
+
+def _no_text(tokens: list[int]) -> str:
+    return ""
 
 
 async def _scored(running: list[RunningSample], scorer: _Scorer) -> list[RunningSample]:

@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -47,6 +48,9 @@ class VllmEngine:
             logprobs_mode="processed_logprobs",
             enable_prefix_caching=True,
             worker_extension_cls=EXTENSION_CLS,
+            stream_interval=spec.stream_interval,
+            load_format=spec.load_format,
+            skip_tokenizer_init=spec.skip_tokenizer_init,
         )
         if spec.priority_scheduling:
             kwargs["scheduling_policy"] = "priority"
@@ -90,8 +94,9 @@ class VllmEngine:
         await self.set_version(self.version)
 
     def _params(self, sampling: SamplingSpec, n: int = 1, stream: bool = True) -> Any:
-        """vLLM sampling parameters: sampled-token log-probs in flat lists, no detokenization; deltas streamed at
-        every engine step, or one output when the request ends (``stream=False``: no per-token output objects)."""
+        """vLLM sampling parameters: sampled-token log-probs in flat lists, no detokenization; deltas streamed (every
+        ``spec.stream_interval`` tokens), or one output when the request ends (``stream=False``: no output objects
+        while it runs)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -113,10 +118,11 @@ class VllmEngine:
         prompt_tokens: list[int],
         sampling: SamplingSpec,
         priority: int = 0,
-        stream: bool = True,
+        on_output: Callable[[RequestTrace], None] | None = None,
     ) -> RequestTrace:
-        """Run one request to its end (stop, length or abort), filling ``trace`` as tokens arrive (``stream``) or
-        when it ends. An unstreamed request's one output holds all its tokens, an aborted one's included.
+        """Run one request to its end (stop, length or abort), filling ``trace`` as outputs arrive and calling
+        ``on_output(trace)`` after each (streamed: every ``spec.stream_interval`` tokens), or once when it ends
+        (no ``on_output``). An unstreamed request's one output holds all its tokens, an aborted one's included.
 
         A request interrupted by a weight sync in ``interrupt`` mode (``load_weights``) is resubmitted as
         prompt + partial response with the remaining token budget: the kept tokens keep their version and
@@ -131,6 +137,7 @@ class VllmEngine:
             offset, version = len(trace.tokens), self.version
             request_id = trace.request_id if trace.resubmits == 0 else f"{trace.request_id}~{trace.resubmits}"
             self._live[trace.request_id] = request_id
+            stream = on_output is not None
             params = self._params(replace(sampling, max_tokens=sampling.max_tokens - offset), stream=stream)
             async for out in self.engine.generate(
                 {"prompt_token_ids": prompt_tokens + trace.tokens},
@@ -141,6 +148,8 @@ class VllmEngine:
             ):
                 c = out.outputs[0]
                 _append_output(trace, c)
+                if stream and not out.finished:
+                    on_output(trace)
                 if out.finished:
                     trace.finish_reason = str(c.finish_reason)
                     spans = (getattr(c, "weight_versions", None) or []) if self.stamps_versions else []
@@ -262,6 +271,13 @@ class VllmEngine:
 
     def num_unfinished(self) -> int:
         return self.engine.output_processor.get_num_unfinished_requests()  # AsyncLLM has no shortcut in vLLM 0.26
+
+    def set_stream_interval(self, k: int) -> None:
+        """Stream outputs every ``k`` tokens (and at a request's first and last), as ``spec.stream_interval`` would.
+
+        Applies to requests added afterwards: vLLM (0.26 to 0.32) copies ``OutputProcessor.stream_interval`` into
+        each request's state when it is added. ``spec`` keeps the interval the engine was built with."""
+        self.engine.output_processor.stream_interval = k
 
     def shutdown(self) -> None:
         """Stop the engine now. ``AsyncLLM.__del__`` would call its ``shutdown`` again at interpreter exit, after

@@ -49,7 +49,7 @@ class RolloutWorker:
         prompt_tokens: list[int],
         sampling: SamplingSpec,
         controller: GroupController,
-        progress_every_s: float = 0.0,
+        progress_every_tokens: int = 0,
         score_texts: ScoreFn | None = None,
     ) -> GroupResult:
         """Sample one group under ``controller``; returns kept samples (decoded) and group stats.
@@ -63,7 +63,7 @@ class RolloutWorker:
             sampling,
             controller,
             decode=self._decode,
-            progress_every_s=progress_every_s,
+            progress_every_tokens=progress_every_tokens,
             score_texts=score_texts,
         )
 

@@ -70,6 +70,11 @@ class DartsController:
         """Whether a progress report could close the long slots now (a deadline is set and not yet reached)."""
         return self._deadline is not None and not self._closing and not self.done
 
+    @property
+    def reads_text(self) -> bool:
+        """Lengths and finish reasons are all it reads."""
+        return False
+
     def is_running(self, index: int) -> bool:
         """Launched, not finished, and not told to stop."""
         return index in self._running

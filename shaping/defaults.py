@@ -9,3 +9,4 @@ WARMUP_STEPS = 0  # DARTS: steps with uniform budgets before the length statisti
 TIE_BETA = 0.1  # TIE's tail weight: E[X~] + beta * CVaR[X~]
 PRUNE_ALPHA = 0.3  # SART: the score below which phase 1 prunes (on the scorer's scale)
 PRUNE_BETA = 2  # SART: at most this many prunes in phase 1
+PROGRESS_EVERY_TOKENS = 16  # running samples are looked at every this many tokens (DARTS checks in 100-token chunks)

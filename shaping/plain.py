@@ -16,6 +16,10 @@ class PlainController:
     def prunable(self) -> bool:
         return False
 
+    @property
+    def reads_text(self) -> bool:
+        return False
+
     def on_finish(self, sample: FinishedSample) -> Decision:
         self._finished.append(sample)
         return Decision(done=len(self._finished) == self.plan.n_launch)

@@ -49,7 +49,7 @@ class FinishedSample:
 
 @dataclass(frozen=True)
 class RunningSample:
-    """A sample still decoding, as seen by a periodic progress report (for pruning scorers).
+    """A sample still decoding, as seen by a progress report on the token clock (for pruning and deadlines).
 
     ``score`` as in ``FinishedSample``: given by the rollout side, or ``None`` for the controller to compute.
     """
@@ -77,6 +77,11 @@ class GroupController(Protocol):
     def prunable(self) -> bool:
         """Whether a progress report could abort anything now; the rollout side skips the report (and its
         decoding and scoring) when it could not."""
+        ...
+
+    @property
+    def reads_text(self) -> bool:
+        """Whether it reads samples' texts (a scoring controller); if not, the rollout side decodes nothing for it."""
         ...
 
     def on_finish(self, sample: FinishedSample) -> Decision:

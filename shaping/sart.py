@@ -51,6 +51,11 @@ class SartController:
     def prunable(self) -> bool:
         return not self.done and (self._rule()[1] > 0 or self.base.prunable)
 
+    @property
+    def reads_text(self) -> bool:
+        """Its scorer reads partial texts (running samples) and the first completion's."""
+        return True
+
     def on_finish(self, sample: FinishedSample) -> Decision:
         first = self.alpha_prime is None and sample.finish_reason == "stop" and self.base.is_running(sample.index)
         decision = self.base.on_finish(sample)

@@ -292,13 +292,17 @@ def test_real_small_bench_run(bench_engine, tmp_path):
         prompts=b,
         m_keep=m,
         max_tokens=32,
-        modes=["raw", "plain", "darts", "darts+tie", "darts@long_wait=1.0"],
+        modes=["raw", "plain", "darts", "darts+tie", "darts@long_wait=1.0", "shadow"],
         out_dir=tmp_path,
         cost_model="cpu_2core_arith_tiny",
     )
     result = loop.run_until_complete(run_rollout_bench_async(cfg, engine))
     runs = {r["mode"]: r for r in result["runs"]}
-    assert set(runs) == {"raw", "plain", "darts", "darts+tie", "darts@long_wait=1.0"}
+    assert set(runs) == {"raw", "plain", "darts", "darts+tie", "darts@long_wait=1.0", "shadow"}
+    # shadow: every prompt gets the widest mode's launch (max_redundancy 2 x M), each sample runs to its own end
+    shadow = runs.pop("shadow")["samples"]
+    assert len(shadow) == b * 2 * m and {s["fate"] for s in shadow} == {"kept"}
+    assert {s["finish_reason"] for s in shadow} <= {"stop", "length"}
     for mode, run in runs.items():
         kept = [s for s in run["samples"] if s["fate"] == "kept"]
         assert len(kept) == b * m and run["metrics"]["kept"] == b * m, mode

@@ -1,5 +1,6 @@
-"""The group runner with an async model scorer: batched scores per tick, the first completion scored,
-generation going on while a call is pending, and a failing scorer leaving the group unpruned."""
+"""The group runner: decisions on the token clock (the same on a fast and a slow engine), texts decoded only where
+read, and with an async model scorer: batched scores per look, the first completion scored, generation going on
+while a call is pending, and a failing scorer leaving the group unpruned."""
 
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ class FakeEngine:
         self.traces: list[RequestTrace] = []
         self.streamed: list[bool] = []  # each request's ``stream`` argument
 
-    async def generate(self, trace: RequestTrace, prompt_tokens, sampling, priority=0, stream=True) -> RequestTrace:
+    async def generate(self, trace: RequestTrace, prompt_tokens, sampling, priority=0, on_output=None) -> RequestTrace:
         self.traces.append(trace)
-        self.streamed.append(stream)
+        self.streamed.append(on_output is not None)
         index = int(trace.request_id.rsplit("-", 1)[1])
         while len(trace.tokens) < self.lengths[index] and trace.request_id not in self.aborted:
             await asyncio.sleep(self.step_s)
             trace.tokens.append(index)
             trace.logprobs.append(-1.0)
+            if on_output is not None:
+                on_output(trace)
         trace.finish_reason = "abort" if trace.request_id in self.aborted else "stop"
         return trace
 
@@ -69,7 +72,7 @@ class SlowScorer:
 
 def sart_group(engine, score_texts, n=6, m=2):
     controller = SartController(DartsController(GroupPlan("p", n, m)), ExternalScorer(), alpha=-1.0, beta=2)
-    run = run_group(engine, "g", [1, 2], SamplingSpec(max_tokens=400), controller, decode, 0.01, score_texts)
+    run = run_group(engine, "g", [1, 2], SamplingSpec(max_tokens=400), controller, decode, 2, score_texts)
     return asyncio.run(run)
 
 
@@ -111,3 +114,45 @@ def test_a_failing_scorer_leaves_the_group_unpruned_but_complete():
     assert [s.index for s in result.samples] == [2, 3]
     assert result.controller_stats["pruned"] == 0 and result.controller_stats["aborted"] == 4
     assert result.score_failures >= 2 and result.scored == 0
+
+
+class CountingDecode:
+    """``decode`` that counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, tokens: list[int]) -> str:
+        self.calls += 1
+        return decode(tokens)
+
+
+def deadline_group(step_s: float, every: int = 4) -> tuple[FakeEngine, object, CountingDecode]:
+    """DARTS with one long slot and long_wait 1.5: short slots filled at 10 and 12 tokens, a long candidate at 15,
+    the deadline at 18 tokens."""
+    engine = FakeEngine([10, 12, 200, 200, 15, 200], step_s=step_s)
+    controller = DartsController(GroupPlan("p", 6, 3, long_slots=1), long_wait=1.5)
+    counting = CountingDecode()
+    run = run_group(engine, "g", [1, 2], SamplingSpec(max_tokens=400), controller, counting, every)
+    return engine, asyncio.run(run), counting
+
+
+def test_the_long_slot_deadline_acts_on_the_token_clock_whatever_the_engine_speed():
+    fast, fast_result, _ = deadline_group(step_s=0.0005)
+    slow, slow_result, _ = deadline_group(step_s=0.004)
+    for result in (fast_result, slow_result):
+        assert [s.index for s in result.samples] == [0, 1, 4]
+        assert result.finish_reasons == ["stop", "stop", "abort", "abort", "stop", "abort"]
+    # the doomed samples are stopped at the first look past the deadline: within one clock period (4) of it, and at
+    # the same lengths on an engine eight times slower (a 0.5 s wall-clock tick would let the fast one run to 200)
+    doomed = [2, 3, 5]
+    fast_lengths = [fast_result.all_lengths[i] for i in doomed]
+    assert all(18 <= n <= 18 + 4 + 1 for n in fast_lengths), fast_lengths
+    assert [slow_result.all_lengths[i] for i in doomed] == fast_lengths
+    assert fast.streamed == [True] * 6
+
+
+def test_a_controller_that_reads_no_text_gets_none_decoded_but_kept_samples_are():
+    _, result, counting = deadline_group(step_s=0.0005)
+    assert counting.calls == 3  # the three kept samples, for their training text; no look or finish decoded one
+    assert [s.text for s in result.samples] == ["0:10", "1:12", "4:15"]

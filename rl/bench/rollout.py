@@ -8,7 +8,10 @@ history its budgets need (``warmup_steps=0``) and puts every mode in the same pr
 
 Modes: ``raw`` is the engine ceiling (each prompt is one request with ``n=M``, no shaping); ``plain``,
 ``darts``, ``sart`` and ``darts+sart`` are the shaping policies as training runs them (``run_group``);
-``darts+tie`` and ``darts+sart+tie`` add vLLM request priorities from the TIE score (longest predicted first).
+``darts+tie`` and ``darts+sart+tie`` add vLLM request priorities from the TIE score (longest predicted first);
+``shadow`` launches as many samples per prompt as the widest mode and aborts none: the natural lengths
+``rl bench simulate`` replays. Every sample a pass launches runs at once (``max_num_seqs``), and watched groups
+stream every ``progress_every_tokens`` tokens.
 A shaped mode may carry its own shaping knobs, ``MODE@key=value[@key=value...]`` (e.g.
 ``darts+sart@long_wait=1.5``), so one knob's effect is measured side by side with the mode without it.
 Repeat ``r`` draws its prompts with seed ``seed + r`` and rotates the mode order by ``r``. vLLM requests
@@ -46,13 +49,15 @@ from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_e
 from rl.rollout.group_runner import GroupResult, run_group
 from rl.rollout.vllm_adapter import configure_cpu_threads, is_cpu_platform
 from rl.shaping.factory import make_policy
+from rl.shaping.plain import PlainPolicy
 from rl.shaping.policy import GroupPlan, ShapingPolicy
 from rl.types import PromptRow, Sample
 
 log = logging.getLogger("rl.bench")
 
-Mode = Literal["raw", "plain", "darts", "sart", "darts+sart", "darts+tie", "darts+sart+tie"]
+Mode = Literal["raw", "plain", "darts", "sart", "darts+sart", "darts+tie", "darts+sart+tie", "shadow"]
 ALL_MODES: tuple[Mode, ...] = ("raw", "plain", "darts", "sart", "darts+sart", "darts+tie", "darts+sart+tie")
+SHADOW: Mode = "shadow"  # launches as many samples per prompt as the widest mode, aborts none: natural lengths
 TIE = "+tie"  # mode suffix: the same policy with TIE-score vLLM priorities (longest predicted first)
 KNOB = "@"  # mode separator before each of its own shaping knobs: darts+sart@long_wait=1.5
 SET_BY_MODE = ("policy", "m_keep", "warmup_steps", "priority")  # shaping fields a mode's name decides
@@ -90,9 +95,9 @@ class RolloutBenchConfig(BaseModel):
             raise ValueError(f"modes repeat: {modes}")
         for mode in modes:
             base, knobs = split_mode(mode)
-            if base not in ALL_MODES:
-                raise ValueError(f"mode {mode!r}: {base!r} is none of {', '.join(ALL_MODES)}")
-            if knobs and base in ("raw", "plain"):
+            if base not in (*ALL_MODES, SHADOW):
+                raise ValueError(f"mode {mode!r}: {base!r} is none of {', '.join((*ALL_MODES, SHADOW))}")
+            if knobs and base in ("raw", "plain", SHADOW):
                 raise ValueError(f"mode {mode!r}: {base} takes no shaping knobs")
             if fixed := [k for k in knobs if k.split("=", 1)[0] in SET_BY_MODE]:
                 raise ValueError(f"mode {mode!r}: {', '.join(fixed)} is set by the mode's name, not a knob")
@@ -179,7 +184,7 @@ def mode_shaping(cfg: RolloutBenchConfig, mode: str) -> ShapingConfig:
     base, knobs = split_mode(mode)
     fields = apply_overrides(cfg.shaping.model_dump(), knobs)
     fields.update(
-        policy=policy_name(mode) if base != "raw" else "plain",
+        policy=policy_name(mode) if base not in ("raw", SHADOW) else "plain",
         m_keep=cfg.m_keep,
         warmup_steps=0,
         priority="longest_first" if uses_tie(mode) else "none",
@@ -194,6 +199,12 @@ def policy_options(cfg: RolloutBenchConfig, mode: str) -> dict[str, Any]:
     rollout = RolloutConfig(max_tokens=cfg.max_tokens, max_model_len=cfg.max_tokens + 16)  # policies read max_tokens
     run = RunConfig(shaping=mode_shaping(cfg, mode), rollout=rollout)
     return shaping_options(run)
+
+
+def widest_launch(cfg: RolloutBenchConfig) -> int:
+    """The most samples any of the bench's modes launches for one prompt (``max_redundancy`` x M)."""
+    redundancy = max(mode_shaping(cfg, m).max_redundancy for m in cfg.modes)
+    return max(cfg.m_keep, round(redundancy * cfg.m_keep))
 
 
 def kv_cache_size(model_dir: str, max_model_len: int, sequences: int) -> int:
@@ -242,10 +253,10 @@ class RolloutBench:
         """An engine sized for this benchmark (KV cache for every sample the widest mode launches)."""
         cfg = self.cfg
         max_len = self.max_model_len()
-        redundancy = max(mode_shaping(cfg, m).max_redundancy for m in cfg.modes)
-        n_max = max(cfg.m_keep, round(redundancy * cfg.m_keep))
+        n_max = widest_launch(cfg)
         kv = cfg.kv_cache_bytes or kv_cache_size(self.model_dir, max_len, cfg.prompts * n_max)
         priorities = any(uses_tie(m) for m in cfg.modes)
+        clocks = [mode_shaping(cfg, m).progress_tokens for m in cfg.modes]
         return EngineSpec(
             model=self.model_dir,
             max_model_len=max_len,
@@ -253,6 +264,8 @@ class RolloutBench:
             seed=cfg.seed,
             priority_scheduling=priorities,
             enforce_eager=self.enforce_eager,
+            max_num_seqs=cfg.prompts * n_max,  # every launched sample runs at once: none waits for admission
+            stream_interval=min([k for k in clocks if k] or [1]),  # as often as the most watchful mode looks
         )
 
     def decode(self, tokens: list[int]) -> str:
@@ -293,7 +306,7 @@ class RolloutBench:
         if mode == "raw":
             timed = await self._passes(lambda tag: self.raw_pass(engine, batch, tag))
         else:
-            policy = make_policy(policy_name(mode), **policy_options(self.cfg, mode))
+            policy = PlainPolicy(widest_launch(self.cfg)) if mode == SHADOW else self._policy(mode)
             timed = await self._passes(lambda tag: self.shaped_pass(engine, policy, mode, batch, tag))
         group_rewards = await self.score(pool, timed.kept)
         metrics = pass_metrics(timed.records, timed.seconds, timed.counts, [v for g in group_rewards for v in g])
@@ -316,6 +329,9 @@ class RolloutBench:
             "group_rewards": [sum(g) / len(g) if g else None for g in group_rewards],
         }
 
+    def _policy(self, mode: str) -> ShapingPolicy:
+        return make_policy(policy_name(mode), **policy_options(self.cfg, mode))
+
     async def _passes(self, one_pass: Callable[[str], Awaitable[PassResult]]) -> PassResult:
         """Run the untimed warm-up pass, then return the timed one."""
         await one_pass(f"w{next(self._pass_ids)}")
@@ -328,7 +344,7 @@ class RolloutBench:
         rows = batch.rows
         plans = policy.plan([row.prompt_id for row in rows])
         shaping = mode_shaping(self.cfg, mode)
-        progress = shaping.progress_every_s if shaping.watches_running else 0.0
+        progress = shaping.progress_tokens
         t0 = time.monotonic()
 
         async def group(g: int, plan: GroupPlan) -> tuple[float, GroupResult]:
