@@ -183,15 +183,18 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
     from rl.config import apply_overrides, load_config
 
     def recipe_defaults() -> dict:
-        """With --recipe: its file and overrides, and its model and sampling as defaults for the bench's own."""
+        """With --recipe: its file and overrides, and its model, sampling and shaping knobs as defaults for the
+        bench's own (the modes decide the policy, M and priorities; the bench has no trainer for idle_target)."""
         path = recipe_path(args.recipe)
         run = load_config(path, args.set)
+        knobs = run.shaping.model_dump(exclude={"policy", "m_keep", "priority", "warmup_steps", "idle_target"})
         return {
             "recipe": path,
             "recipe_overrides": args.set,
             "model": run.model.path,
             "max_tokens": run.rollout.max_tokens,
             "temperature": run.rollout.temperature,
+            "shaping": knobs,
         }
 
     defaults: dict | None = {}
@@ -216,11 +219,14 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
         "reward": args.reward,
         "cost_model": args.cost_model,
         "cpu_threads_bind": args.cpu_bind,
+        "lengths": args.lengths,
+        "steady_batches": args.steady_batches,
+        "enforce_eager": args.enforce_eager,
         "plots": not args.no_plots,
     }
     options = {**defaults, **{k: v for k, v in given.items() if v is not None}}
     try:
-        shaping = apply_overrides({}, args.shaping)
+        shaping = apply_overrides(options.pop("shaping", {}), args.shaping)
         cfg = RolloutBenchConfig(**options, **({"shaping": shaping} if shaping else {}))
     except ValidationError as e:
         print(f"invalid benchmark options:\n{e}", file=sys.stderr)
@@ -323,27 +329,70 @@ def cmd_bench_cost_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_simulate(args: argparse.Namespace) -> int:
+    from rl.bench import simulate as sim
+    from rl.bench.simulator import EngineModel, HostCost
+
+    try:
+        run = sim.load_run_file(args.result)
+        step_s, label = sim.step_model(args.profile)
+        host = sim.parse_host(args.host) if args.host else HostCost()
+        cap, interval = args.max_num_seqs or run.max_num_seqs, args.stream_interval or run.stream_interval
+        engine = EngineModel(step_s, host, cap, interval, args.lag_steps, args.prefill_s)
+        modes = _csv(args.modes) if args.modes else None
+        every_tokens, every_s = args.progress_every_tokens, args.progress_every_s
+        rows = sim.simulate_run_file(run, engine, modes, every_tokens, every_s, args.batches, args.in_flight)
+    except ValueError as e:  # SimulateError included
+        print(f"cannot simulate: {e}".splitlines()[0], file=sys.stderr)
+        return 2
+    print(f"{sim.engine_line(engine, label)}\n\n{sim.markdown(rows)}")
+    if args.json:
+        sim.write_json(Path(args.json), rows, engine, args.profile)
+    return 0
+
+
+def _add_bench_simulate(bench: argparse._SubParsersAction) -> None:
+    sim = bench.add_parser("simulate", help="replay a rollout benchmark's modes on a simulated vLLM clock")
+    sim.add_argument("result", type=Path, help="an `rl bench rollout` output folder or its bench_rollout.json")
+    sim.add_argument("--profile", required=True, help="decode profile JSON or shipped name, or linear:A,C seconds")
+    sim.add_argument("--modes", help="comma list of modes (default: the run's, shadow left out)")
+    sim.add_argument("--max-num-seqs", type=_positive, help="admission cap (default: the run's engine)")
+    clock = sim.add_mutually_exclusive_group()
+    clock.add_argument("--progress-every-tokens", type=_positive, help="looks on the token clock, every k tokens")
+    clock.add_argument("--progress-every-s", type=float, help="looks on the wall clock, every T simulated seconds")
+    sim.add_argument("--stream-interval", type=_positive, help="tokens per streamed output (default: the run's)")
+    sim.add_argument("--host", help="host seconds h0,h_req,h_out,h_abort: per step, sequence, output, abort")
+    sim.add_argument("--lag-steps", type=int, default=0, help="steps before an event reaches the controllers")
+    sim.add_argument("--prefill-s", type=float, default=0.0, help="device seconds per admitted request (default 0)")
+    sim.add_argument("--batches", type=_positive, default=4, help="batches of the steady-state run (default 4)")
+    sim.add_argument("--in-flight", type=_positive, help="groups in flight in the steady state (default: B)")
+    sim.add_argument("--json", help="also write the rows as JSON here")
+    sim.set_defaults(func=cmd_bench_simulate)
+
+
 def cmd_bench_profile_decode(args: argparse.Namespace) -> int:
-    from rl.bench.decode_profile import profile_decode
+    from rl.bench.decode_profile import check_options, profile_decode
     from rl.models import resolve_model
 
-    sizes = [int(b) for b in _csv(args.batch_sizes)]
     model_dir = resolve_model(args.model)
     try:
-        profile = profile_decode(
-            model_dir,
-            sizes,
-            args.steps,
-            args.device,
-            prompt_len=args.prompt_len,
-            model_name=args.model_name or args.model,
-            threads=args.threads,
-            random_weights=args.random_weights,
-            cuda_graph=args.cuda_graph,
-        )
+        sizes = [int(b) for b in _csv(args.batch_sizes)]
+        check_options(model_dir, sizes, args.steps, args.prompt_len, args.stream_interval, args.repeats)
     except ValueError as e:
         print(f"invalid profile options: {e}", file=sys.stderr)
         return 2
+    _route_output(args, (Path(args.out).parent if args.out else Path("runs/profile-decode")) / "logs")
+    profile = profile_decode(
+        model_dir,
+        sizes,
+        args.steps,
+        args.stream_interval,
+        repeats=args.repeats,
+        prompt_len=args.prompt_len,
+        dummy_weights=args.dummy_weights,
+        enforce_eager=args.enforce_eager,
+        model_name=args.model_name or args.model,
+    )
     text = json.dumps(profile, indent=2)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -355,7 +404,16 @@ def cmd_bench_profile_decode(args: argparse.Namespace) -> int:
 def _add_bench(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_cmd", required=True)
     rollout = bench.add_parser("rollout", help="time one batch of rollouts per shaping mode on one engine")
-    rollout.add_argument("--model", help="builtin:NAME or a local HF directory (default builtin:arith-tiny)")
+    rollout.add_argument(
+        "--model",
+        help="builtin:NAME, a local HF directory (default builtin:arith-tiny), or a config-only dummy:NAME "
+        "(qwen2.5-7b, qwen2.5-1.5b, smollm2-135m, tiny: random weights and prompts, needs --lengths)",
+    )
+    rollout.add_argument(
+        "--lengths",
+        help="dummy models: response lengths from a length-model preset (arith_smollm2) or fitted to a "
+        "bench_rollout.json, scaled to --max-tokens; SART modes need scorer=none there: use darts@long_wait=1.5",
+    )
     rollout.add_argument("--prompts", type=int, help="B: groups per batch (default 16)")
     rollout.add_argument("--m-keep", type=int, help="M: kept samples per group (default 8)")
     rollout.add_argument("--max-tokens", type=int, help="response length cap (default 48)")
@@ -378,13 +436,21 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "--cost-model", help="decode profile JSON, or a shipped profile's name: add cost-model estimates"
     )
     rollout.add_argument("--cpu-bind", help="VLLM_CPU_OMP_THREADS_BIND for the engine (e.g. 0-1)")
+    rollout.add_argument(
+        "--steady-batches",
+        type=int,
+        help="also run N batches per mode with B groups always in flight: kept groups per second (default 0: off)",
+    )
     rollout.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    graphs = rollout.add_mutually_exclusive_group()
+    graphs.add_argument("--cuda-graph", dest="enforce_eager", action="store_false", default=None, help="GPU graphs")
+    graphs.add_argument("--enforce-eager", dest="enforce_eager", action="store_true", help="no CUDA graphs")
     rollout.add_argument(
         "--shaping",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a ShapingConfig knob for the shaped modes, e.g. avg_redundancy=1.25 (repeatable)",
+        help="a ShapingConfig knob for the shaped modes, e.g. avg_redundancy=1.25 (repeatable; over a --recipe's own)",
     )
     _add_verbose(rollout)
     rollout.set_defaults(func=cmd_bench_rollout)
@@ -409,21 +475,27 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     replay.add_argument("--profile", required=True, help="decode profile JSON, or a shipped profile's name")
     replay.add_argument("--out", help="also write the Markdown table here")
     replay.set_defaults(func=cmd_bench_cost_model)
-    decode = bench.add_parser("profile-decode", help="per-token decode latency by batch size (HF decode loop)")
-    decode.add_argument("--model", default="builtin:arith-tiny", help="builtin:NAME or a local HF directory")
-    decode.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256", help="comma list of batch sizes")
-    decode.add_argument("--steps", type=int, default=32, help="timed decode steps per batch size")
-    decode.add_argument("--prompt-len", type=int, default=16, help="prompt tokens prefilled before decoding")
-    decode.add_argument(
-        "--random-weights", action="store_true", help="build the model from its config alone (latency only)"
+    _add_bench_simulate(bench)
+    decode = bench.add_parser(
+        "profile-decode", help="per-token decode latency by batch size and output mode, through Tailor's vLLM engine"
     )
+    decode.add_argument("--model", default="builtin:arith-tiny", help="builtin:NAME or a local HF directory")
+    decode.add_argument("--batch-sizes", default="1,16,64,128,256", help="comma list of batch sizes")
+    decode.add_argument("--steps", type=int, default=128, help="tokens per request (one-token batch subtracted)")
+    decode.add_argument("--stream-interval", type=int, default=16, help="k of the interval{k} column (default 16)")
+    decode.add_argument("--prompt-len", type=int, default=16, help="random prompt tokens per request")
+    decode.add_argument("--repeats", type=int, default=3, help="timed passes per batch size and mode (median)")
     decode.add_argument(
-        "--cuda-graph", action="store_true", help="replay a CUDA-graph-captured decode step (GPU; like vLLM)"
+        "--dummy-weights", action="store_true", help="random weights from the config alone (latency only)"
+    )
+    graphs = decode.add_mutually_exclusive_group()
+    graphs.add_argument("--enforce-eager", dest="enforce_eager", action="store_true", default=None, help="no graphs")
+    graphs.add_argument(
+        "--cuda-graph", dest="enforce_eager", action="store_false", help="CUDA graphs (default: on a GPU only)"
     )
     decode.add_argument("--model-name", help="the model's name in the profile (default: --model)")
-    decode.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    decode.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
     decode.add_argument("--out", help="write the profile JSON here (it is printed either way)")
+    _add_verbose(decode)
     decode.set_defaults(func=cmd_bench_profile_decode)
 
 

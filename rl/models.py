@@ -41,7 +41,12 @@ def cache_dir() -> Path:
 
 
 def resolve_model(name: str) -> str:
-    """Local directory for a model name, building a builtin one on first use."""
+    """Local directory for a model name, building a builtin one on first use (``dummy:NAME``: a config-only folder,
+    rl/model_shapes.py)."""
+    if name.startswith("dummy:"):
+        from rl.model_shapes import build_dummy
+
+        return str(build_dummy(name))
     if not name.startswith(BUILTIN_PREFIX):
         return name
     builders = {"arith-tiny": build_arith_tiny, "smollm2-135m": build_smollm2}

@@ -64,7 +64,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
 def check_model_path(path: str, key: str = "model.path") -> str:
     """The local directory of ``path`` (the option ``key`` names it in errors); a hub name is accepted as it is (no
     network here)."""
-    if path.startswith(BUILTIN_PREFIX):
+    if path.startswith((BUILTIN_PREFIX, "dummy:")):
         try:
             return resolve_model(path)
         except ValueError as e:

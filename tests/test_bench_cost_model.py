@@ -1,4 +1,4 @@
-"""Replaying a measured rollout benchmark through a decode profile, and taking a profile from a config alone."""
+"""Replaying a measured rollout benchmark through a decode profile (tests/test_decode_profile.py takes one)."""
 
 import json
 from types import SimpleNamespace
@@ -6,7 +6,6 @@ from types import SimpleNamespace
 import pytest
 
 from rl.bench.cost_model import DecodeProfile, replay_runs
-from rl.bench.decode_profile import profile_decode
 from rl.cli import build_parser, cmd_bench_cost_model
 
 LINEAR = DecodeProfile("test", "test", (1, 3), (1.0, 3.0))  # PTL(b) = b seconds
@@ -46,17 +45,6 @@ def test_cost_model_command_names_what_is_missing(tmp_path, capsys):
     args = SimpleNamespace(result=tmp_path, profile=str(tmp_path / "no_profile.json"), out=None)
     assert cmd_bench_cost_model(args) == 2
     assert "cannot read decode profile" in capsys.readouterr().err
-
-
-def test_profile_from_config_alone(tiny_model_dir):
-    profile = profile_decode(
-        tiny_model_dir, [1, 2], steps=2, prompt_len=4, warmup_steps=1, repeats=1, threads=1, random_weights=True
-    )
-    assert profile["weights"] == "random (same config)" and profile["batch_sizes"] == [1, 2]
-    assert all(t > 0 for t in profile["per_token_latency_s"])
-    DecodeProfile.from_dict(profile)  # well-formed for the cost model
-    with pytest.raises(ValueError, match="cuda_graph needs a CUDA device"):
-        profile_decode(tiny_model_dir, [1], steps=1, prompt_len=4, cuda_graph=True)
 
 
 def test_shipped_gpu_profiles_grow_with_the_batch():

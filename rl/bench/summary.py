@@ -23,6 +23,7 @@ RATIOS: dict[str, tuple[str, bool]] = {
     "model_speedup": ("model_time_to_batch_s", False),
     "generated_fewer": ("generated_tokens", False),
     "kept_fewer": ("kept_tokens", False),
+    "steady_speedup": ("steady_kept_groups_per_s", True),
 }
 LENGTH_KEYS = ("p50", "p90", "p99", "max")
 
@@ -148,6 +149,9 @@ def markdown(summary: dict) -> str:
     head += ["gen tok/s"] + [f"gen tok/s vs {b}" for b in bases] + ["kept tok/s", "longest-sample tok/s"]
     if model:
         head += ["model time s"] + [f"model speed-up vs {b}" for b in bases]
+    steady = any("steady_kept_groups_per_s" in stats for stats in modes.values())
+    if steady:
+        head += ["steady kept groups/s"] + [f"steady vs {b}" for b in bases]
     lines = [
         f"Median (min–max) over {summary['repeats']} repeat(s); ratios are taken within a repeat, > 1 is better.",
         "",
@@ -163,6 +167,9 @@ def markdown(summary: dict) -> str:
         if model:
             cells += [fmt(stats.get("model_time_to_batch_s"), 3)]
             cells += [fmt(rat[b][mode].get("model_speedup")) for b in bases]
+        if steady:
+            cells += [fmt(stats.get("steady_kept_groups_per_s"), 3)]
+            cells += [fmt(rat[b][mode].get("steady_speedup")) for b in bases]
         lines.append(_row(cells))
     head2 = ["mode", "launched", "kept", "discarded", "aborted", "pruned", "truncated kept", "groups at cap", "waste"]
     head2 += [f"generated, × fewer than {b}" for b in bases] + [f"kept, × fewer than {b}" for b in bases]

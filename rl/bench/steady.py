@@ -1,0 +1,65 @@
+"""Steady-state rollout throughput: groups stream through the engine as an async trainer would draw them.
+
+One batch's time to the last group is the wrong figure for an asynchronous trainer, which never waits for a whole
+batch: ``steady_metrics`` keeps ``prompts`` groups in flight, starting the next group as soon as one finishes, for
+``steady_batches`` x ``prompts`` groups (the batch's prompts over and over), and reports kept groups per second.
+The shaping policy is a fresh one (DARTS plans each batch's worth of groups with the history observed so far); the
+clock includes the ramp-up and the drain of the last groups, so more batches weigh them less.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from rl.rollout.group_runner import run_group
+from rl.shaping.plain import PlainPolicy
+
+if TYPE_CHECKING:
+    from rl.bench.rollout import Batch, RolloutBench
+    from rl.rollout.engine import InferenceEngine
+    from rl.shaping.policy import GroupPlan, ShapingPolicy
+
+
+async def steady_metrics(bench: RolloutBench, engine: InferenceEngine, mode: str, batch: Batch, tag: str) -> dict:
+    """``steady_kept_groups_per_s`` and ``steady_s`` of ``mode`` over ``bench.cfg.steady_batches`` batches."""
+    from rl.bench.rollout import mode_shaping
+
+    cfg = bench.cfg
+    policy = _policy(bench, mode)
+    progress = mode_shaping(cfg, mode).progress_tokens
+    slots = asyncio.Semaphore(cfg.prompts)
+
+    async def group(g: int, plan: GroupPlan | None, group_id: str) -> None:
+        """One group of prompt ``g`` to its end (its kept samples in); then its slot goes to the next group."""
+        try:
+            tokens = batch.tokens[g]
+            if policy is None or plan is None:
+                await engine.generate_n(group_id, tokens, bench.sampling, cfg.m_keep)
+                return
+            controller = policy.controller(plan)
+            result = await run_group(engine, group_id, tokens, bench.sampling, controller, bench.decode, progress)
+            policy.observe(batch.rows[g].prompt_id, [len(s.tokens) for s in result.samples])
+        finally:
+            slots.release()
+
+    tasks: list[asyncio.Task] = []
+    t0 = time.monotonic()
+    for chunk in range(cfg.steady_batches):
+        plans = policy.plan([row.prompt_id for row in batch.rows]) if policy else [None] * cfg.prompts
+        for g, plan in enumerate(plans):
+            await slots.acquire()
+            tasks.append(asyncio.create_task(group(g, plan, f"{tag}-{chunk * cfg.prompts + g}")))
+    await asyncio.gather(*tasks)
+    seconds = time.monotonic() - t0
+    return {"steady_kept_groups_per_s": cfg.steady_batches * cfg.prompts / seconds, "steady_s": seconds}
+
+
+def _policy(bench: RolloutBench, mode: str) -> ShapingPolicy | None:
+    """The policy ``mode`` shapes with; None for ``raw`` (one ``n=M`` request per group)."""
+    from rl.bench.rollout import SHADOW, widest_launch
+
+    if mode == "raw":
+        return None
+    return PlainPolicy(widest_launch(bench.cfg)) if mode == SHADOW else bench._policy(mode)

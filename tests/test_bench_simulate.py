@@ -1,0 +1,113 @@
+"""``rl bench simulate``'s glue (rl/bench/simulate.py): pools from a run file, modes, engine defaults, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rl.shaping.darts import DartsController
+from rl.shaping.scorers import ExternalScorer
+
+from rl.bench.rollout import RolloutBenchConfig
+from rl.bench.simulate import (
+    SimulateError,
+    load_run_file,
+    markdown,
+    mode_looks,
+    mode_policy,
+    natural_pools,
+    simulate_run_file,
+)
+from rl.bench.simulator import EngineModel, LinearStep, Looks
+from rl.cli import main
+
+MODES = ["plain", "darts+sart@long_wait=1.5"]
+
+
+def record(group: int, index: int, length: int, reason: str = "stop") -> dict:
+    fate = "aborted" if reason == "abort" else "kept"
+    return {"group": group, "index": index, "length": length, "start": 0.0, "end": 0.0, "fate": fate,
+            "finish_reason": reason}  # fmt: skip
+
+
+def run(mode: str, repeat: int, lengths: list[list[int]], seconds: float, reason: str = "stop") -> dict:
+    samples = [record(g, i, n, reason) for g, group in enumerate(lengths) for i, n in enumerate(group)]
+    return {"mode": mode, "repeat": repeat, "metrics": {"time_to_batch_s": seconds}, "samples": samples}
+
+
+def run_file(tmp_path: Path, runs: list[dict], **config: object) -> Path:
+    cfg = RolloutBenchConfig(prompts=2, m_keep=2, max_tokens=8, modes=MODES, reward="none", plots=False)
+    data = {"config": {**cfg.model_dump(mode="json"), **config}, "engine": {}, "runs": runs}
+    path = tmp_path / "bench_rollout.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_plain_replays_its_own_lengths(tmp_path: Path) -> None:
+    runs = [run("plain", 0, [[3, 5], [2, 4]], 0.005), run("darts+sart@long_wait=1.5", 0, [[1, 1]], 1.0, "abort")]
+    rf = load_run_file(run_file(tmp_path, runs))
+    assert (rf.max_num_seqs, rf.stream_interval, rf.wall_every_s) == (2 * 4, 16, None)  # B x n_max; the token clock
+    rows = simulate_run_file(rf, EngineModel(LinearStep(0.001, 0.0)), ["plain"])
+    assert [(r.mode, r.pool, r.batch.steps) for r in rows] == [("plain", "own", 5)]
+    assert rows[0].batch.seconds == pytest.approx(0.005)
+    assert "| plain | 0 | own | 0.005 | 0.005 | 1.00 |" in markdown(rows)
+
+
+def test_pools_prefer_own_then_shadow_then_the_widest_natural_run() -> None:
+    runs = [
+        run("raw", 0, [[1, 2]], 1.0),
+        run("plain", 0, [[3, 4, 5]], 1.0),
+        run("darts", 0, [[1, 2]], 1.0, "abort"),
+        run("shadow", 1, [[7, 8, 9, 10]], 1.0),
+    ]
+    assert natural_pools(runs, 0, "raw")[1] == "own"
+    pools, source = natural_pools(runs, 0, "darts")
+    assert (source, [s.length for s in pools[0]]) == ("plain", [3, 4, 5])
+    assert natural_pools(runs, 1, "plain")[1] == "shadow"
+    with pytest.raises(SimulateError, match="natural lengths"):
+        natural_pools(runs[2:3], 0, "darts")
+
+
+def test_modes_run_without_scores_and_look_on_their_clock() -> None:
+    cfg = RolloutBenchConfig(m_keep=2, modes=MODES, reward="none")
+    policy = mode_policy(cfg, "darts+sart@long_wait=1.5")
+    controller = policy.controller(policy.plan(["p"])[0])
+    assert isinstance(controller.base, DartsController) and isinstance(controller.scorer, ExternalScorer)
+    assert mode_looks(cfg, "plain", None, None) is None
+    assert mode_looks(cfg, "darts+sart@long_wait=1.5", None, None) == Looks(every_tokens=16)
+    assert mode_looks(cfg, "darts+sart@long_wait=1.5", None, 0.5) == Looks(every_s=0.5)
+
+
+def test_a_run_from_before_the_token_clock_looks_on_the_wall_clock(tmp_path: Path) -> None:
+    shaping = {**RolloutBenchConfig().shaping.model_dump(mode="json"), "progress_every_s": 0.5}
+    shaping.pop("progress_every_tokens")
+    rf = load_run_file(run_file(tmp_path, [run("plain", 0, [[3]], 1.0)], shaping=shaping))
+    assert (rf.max_num_seqs, rf.stream_interval, rf.wall_every_s) == (128, 1, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["MISSING", "--profile", "linear:0.001,0"], "cannot read a rollout benchmark"),
+        (["RUN", "--profile", "no-such-profile"], "cannot read decode profile"),
+        (["RUN", "--profile", "linear:0.001,0", "--modes", "plain,nope"], "unknown mode"),
+        (["RUN", "--profile", "linear:0.001,0", "--modes", "darts+tie"], "priorities are not simulated"),
+        (["RUN", "--profile", "linear:0.001,0", "--host", "1,x"], "--host"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    paths = {"RUN": str(run_file(tmp_path, [run("plain", 0, [[3, 5]], 0.005)])), "MISSING": str(tmp_path / "no.json")}
+    assert main(["bench", "simulate", *[paths.get(a, a) for a in args]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+
+
+def test_cli_prints_the_table_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = run_file(tmp_path, [run("plain", 0, [[3, 5], [2, 4]], 0.005)])
+    out = tmp_path / "sim.json"
+    assert main(["bench", "simulate", str(path), "--profile", "linear:0.001,0", "--json", str(out)]) == 0
+    assert "| plain | 0 | own | 0.005 | 0.005 | 1.00 |" in capsys.readouterr().out
+    assert json.loads(out.read_text())["rows"][0]["steps"] == 5
