@@ -5,6 +5,7 @@ overlapped weight sync, staleness) cannot break learning silently while this pas
 
 import json
 import logging
+import statistics
 
 import pytest
 from small_runs import on_the_warm_engine, small_run
@@ -22,9 +23,11 @@ STEPS = 32
 
 
 def reward_curve(rollout_worker, tmp_path, name: str, *overrides: str) -> tuple[float, float]:
-    """The reward of the first step (its samples always come from the base weights) and the mean of the last 5 steps
-    of a canary run. Not the first 5 steps' mean: the policy can learn most of the task in those steps (a CI run had
-    0.50, 0.78, 0.82, 0.94, 0.98: "first 5" read 0.80 and the check failed on a run that learned). At lr 2e-3 and 24
+    """The reward of the first step (its samples always come from the base weights) and the median of the last 5
+    steps of a canary run (not their mean: one step's swing should not decide; a loaded run read 0.80 0.33 0.86 0.90
+    0.90 at the end, mean 0.76 from a first step of 0.58, median 0.86). Not the first 5 steps' mean: the policy can
+    learn most of the task in those steps (a CI run had 0.50, 0.78, 0.82, 0.94, 0.98: "first 5" read 0.80 and the
+    check failed on a run that learned). At lr 2e-3 and 24
     steps the asynchronous curve swung (0.58 0.49 0.37 0.80 0.49 0.24 0.10 ... 0.86 0.89 0.90) and a run that learned
     failed; at 1e-3 over 32 steps eight runs rose smoothly, their last 5 steps >= 0.89 from a first step <= 0.60."""
     (tmp_path / "canary.py").write_text(SHORTNESS)
@@ -41,7 +44,7 @@ def reward_curve(rollout_worker, tmp_path, name: str, *overrides: str) -> tuple[
     lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
     rewards = [r["reward_mean"] for r in map(json.loads, lines) if r["kind"] == "train"]
     print(name, "rewards:", " ".join(f"{r:.2f}" for r in rewards))  # shown when the check fails
-    return rewards[0], sum(rewards[-5:]) / 5
+    return rewards[0], statistics.median(rewards[-5:])
 
 
 @pytest.mark.integration
