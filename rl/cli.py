@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from pydantic import ValidationError
 
@@ -37,14 +37,20 @@ def recipe_path(name: str) -> Path:
     raise FileNotFoundError(f"recipe {name!r} not found (looked at {path} and {bundled})")
 
 
-def checked_config(build: Callable[[], T]) -> T | None:
-    """``build()``, or None after printing why the configuration is invalid (nothing has started yet)."""
+def checked_config(
+    build: Callable[[], T], what: str = "invalid config", name: Callable[[tuple], str] | None = None
+) -> T | None:
+    """``build()``, or None after printing why the configuration is invalid (nothing has started yet): one line
+    per field, each starting with ``what``; ``name`` turns a field's location into the option typed."""
+    from rl.config import error_lines, one_line
+
     try:
         return build()
     except ValidationError as e:
-        print(f"invalid config:\n{e}", file=sys.stderr)
+        for line in error_lines(e, name):
+            print(f"{what}: {line}", file=sys.stderr)
     except (ValueError, FileNotFoundError) as e:
-        print(f"invalid config: {e}", file=sys.stderr)
+        print(f"{what}: {one_line(e)}", file=sys.stderr)
     return None
 
 
@@ -69,9 +75,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if built is None:
         return 2
     cfg, resume = built
-    from rl.preflight import preflight
+    from rl.preflight import check_output_dir, preflight
 
     inputs = preflight(cfg)  # bad input: one line from main()
+    check_output_dir(cfg.output_dir, f"output_dir {cfg.output_dir!r}")
     from rl.driver import Driver, RunFailed
 
     _route_output(args, cfg.run_dir / "logs")
@@ -96,7 +103,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rl.config import load_config
-    from rl.offline_eval import EvalSettings, recipe_for_dataset, run_eval
+    from rl.offline_eval import EvalSettings, eval_inputs, recipe_for_dataset, run_eval
+    from rl.preflight import check_output_dir
 
     recipe = args.recipe or recipe_for_dataset(args.dataset)
 
@@ -119,11 +127,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         cpu_threads_bind=args.cpu_bind,
     )
+    inputs = eval_inputs(cfg, settings)  # bad input: one line from main(), before the engine starts
+    if args.out:
+        check_output_dir(args.out.parent, f"--out {str(args.out)!r}: its folder")
     _route_output(args, (args.out.parent if args.out else Path("runs/eval")) / "logs")
-    report = run_eval(cfg, settings)
+    report = run_eval(cfg, settings, inputs=inputs)
     print(report.table())
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(report.to_json() + "\n")
         print(f"wrote {args.out}")
     return 0
@@ -160,8 +170,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     try:
         path = write_report(Path(args.run_dir))
-    except (ValueError, FileNotFoundError) as e:
-        print(f"cannot report: {e}", file=sys.stderr)
+    except (ValueError, OSError) as e:
+        print(f"cannot report: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     print(path)
     return 0
@@ -176,6 +186,14 @@ def cmd_models_build(args: argparse.Namespace) -> int:
 
 def _csv(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _integers(text: str, option: str) -> list[int]:
+    """A comma list of integers; a ``ValueError`` naming ``option`` otherwise."""
+    try:
+        return [int(item) for item in _csv(text)]
+    except ValueError:
+        raise ValueError(f"{option} {text!r}: give comma-separated integers, e.g. 0,1") from None
 
 
 def cmd_bench_rollout(args: argparse.Namespace) -> int:
@@ -225,18 +243,18 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
         "plots": not args.no_plots,
     }
     options = {**defaults, **{k: v for k, v in given.items() if v is not None}}
-    try:
+
+    def build() -> RolloutBenchConfig:
         shaping = apply_overrides(options.pop("shaping", {}), args.shaping)
-        cfg = RolloutBenchConfig(**options, **({"shaping": shaping} if shaping else {}))
-    except ValidationError as e:
-        print(f"invalid benchmark options:\n{e}", file=sys.stderr)
+        return RolloutBenchConfig(**options, **({"shaping": shaping} if shaping else {}))
+
+    cfg = checked_config(build, "invalid benchmark options", _rollout_option)
+    if cfg is None:
         return 2
-    except ValueError as e:
-        print(f"invalid benchmark options: {e}", file=sys.stderr)
-        return 2
-    from rl.preflight import check_model_path
+    from rl.preflight import check_model_path, check_output_dir
 
     check_model_path(cfg.model, "model.path" if args.recipe and not args.model else "--model")
+    check_output_dir(cfg.out_dir, f"--out {str(cfg.out_dir)!r}")
     _route_output(args, cfg.out_dir / "logs")
     result = run_rollout_bench(cfg)
     print(result["table"])
@@ -244,10 +262,28 @@ def cmd_bench_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+ROLLOUT_FLAGS = {
+    "out_dir": "--out",
+    "cpu_threads_bind": "--cpu-bind",
+    "plots": "--no-plots",
+    "recipe_overrides": "--set",
+}
+
+
+def _rollout_option(loc: tuple) -> str:
+    """The ``rl bench rollout`` option of a ``RolloutBenchConfig`` field (``m_keep`` -> ``--m-keep``); a shaping
+    knob keeps its key (``shaping.long_wait``: set by ``--shaping``, or by the recipe)."""
+    if not loc:
+        return ""
+    if loc[0] == "shaping":
+        return ".".join(map(str, loc))
+    return ROLLOUT_FLAGS.get(str(loc[0]), "--" + str(loc[0]).replace("_", "-"))
+
+
 def cmd_bench_train(args: argparse.Namespace) -> int:
     from rl.bench.train import default_variants, parse_variant, run_train_bench, variant_configs
     from rl.config import load_config
-    from rl.preflight import preflight
+    from rl.preflight import check_output_dir, preflight
 
     common = [f"train.max_steps={args.steps}", *args.overrides] if args.steps else list(args.overrides)
 
@@ -262,6 +298,7 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
         return 2
     recipe, variants = checked
     preflight(load_config(recipe, common))  # the recipe's inputs with the command's overrides, before any variant
+    check_output_dir(args.out, f"--out {str(args.out)!r}")
     _route_output(args, args.out / "logs")
     _, table = run_train_bench(recipe, variants, common, args.out)
     print(table)
@@ -273,11 +310,11 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     from rl.bench.peer import PeerOptions, check, default_variants, run_peer_bench
     from rl.bench.train import parse_variant
     from rl.config import load_config
-    from rl.preflight import preflight
+    from rl.preflight import check_output_dir, preflight
 
     def build() -> tuple[Path, PeerOptions]:
         opts = PeerOptions(
-            seeds=[int(s) for s in _csv(args.seeds)],
+            seeds=_integers(args.seeds, "--seeds"),
             out_dir=args.out or Path(f"runs/bench-peer-{Path(args.recipe).stem}"),
             overrides=list(args.overrides),
             variants=[parse_variant(v) for v in args.variant] if args.variant else default_variants(),
@@ -301,6 +338,7 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
         return 2
     recipe, opts = checked
     preflight(load_config(recipe, opts.overrides))  # the recipe's inputs with the command's overrides, before any run
+    check_output_dir(opts.out_dir, f"--out {str(opts.out_dir)!r}")
     _route_output(args, opts.out_dir / "logs")
     _, table = run_peer_bench(recipe, opts)
     print(table)
@@ -372,15 +410,17 @@ def _add_bench_simulate(bench: argparse._SubParsersAction) -> None:
 
 def cmd_bench_profile_decode(args: argparse.Namespace) -> int:
     from rl.bench.decode_profile import check_options, profile_decode
-    from rl.models import resolve_model
+    from rl.preflight import check_model_path, check_output_dir
 
-    model_dir = resolve_model(args.model)
+    model_dir = check_model_path(args.model, "--model", weights=not args.dummy_weights)
     try:
-        sizes = [int(b) for b in _csv(args.batch_sizes)]
+        sizes = _integers(args.batch_sizes, "--batch-sizes")
         check_options(model_dir, sizes, args.steps, args.prompt_len, args.stream_interval, args.repeats)
-    except ValueError as e:
-        print(f"invalid profile options: {e}", file=sys.stderr)
+    except (ValueError, OSError) as e:
+        print(f"invalid profile options: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
+    if args.out:
+        check_output_dir(Path(args.out).parent, f"--out {args.out!r}: its folder")
     _route_output(args, (Path(args.out).parent if args.out else Path("runs/profile-decode")) / "logs")
     profile = profile_decode(
         model_dir,
@@ -530,7 +570,10 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
 
     schedule = SoakSchedule(steps=args.steps)
     if args.steps <= schedule.sigterm_at:
-        print(f"invalid benchmark options: --steps must exceed {schedule.sigterm_at} to strike every fault")
+        print(
+            f"invalid benchmark options: --steps must exceed {schedule.sigterm_at} to strike every fault",
+            file=sys.stderr,
+        )
         return 2
     out = args.out or Path(f"runs/bench-soak-{Path(args.recipe).stem}")
     try:
@@ -556,22 +599,24 @@ def _add_bench_soak(bench: argparse._SubParsersAction) -> None:
 def cmd_bench_dp_balance(args: argparse.Namespace) -> int:
     from rl.bench.dp_balance import BalanceBenchOptions, markdown, run_dp_balance_bench
     from rl.config import load_config
-    from rl.preflight import check_model_path
+    from rl.preflight import check_model_path, check_output_dir
 
-    def build() -> tuple[RunConfig, str]:
+    def build() -> tuple[RunConfig, list[int]]:
         cfg = load_config(recipe_path(args.recipe), [*args.overrides, f"train.num_workers={args.ranks}"])
         if args.groups < args.ranks:
             raise ValueError(f"--groups must be at least --ranks ({args.ranks})")
-        return cfg, check_model_path(cfg.model.path)
+        return cfg, _integers(args.seeds, "--seeds")
 
     checked = checked_config(build)
     if checked is None:
         return 2
-    cfg, model_dir = checked
+    cfg, seeds = checked
+    model_dir = check_model_path(cfg.model.path)
     out = args.out or Path(f"runs/bench-dp-balance-{Path(args.recipe).stem}")
+    check_output_dir(out, f"--out {str(out)!r}")
     opts = BalanceBenchOptions(
         steps=args.steps,
-        seeds=[int(s) for s in _csv(args.seeds)],
+        seeds=seeds,
         groups=args.groups,
         max_len=args.max_len,
         out_dir=out,
@@ -611,8 +656,16 @@ def _route_output(args: argparse.Namespace, log_dir: Path) -> None:
         route(log_dir)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line that points at ``-h`` (not the whole usage block); its
+    subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}; {self.prog} -h lists the options\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rl", description="Tailor: asynchronous RL post-training")
+    parser = _Parser(prog="rl", description="Tailor: asynchronous RL post-training")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train with a recipe, or continue a run (--resume RUN_DIR)")
     train.add_argument("recipe", nargs="?", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import difflib
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rl.data.arith import ArithConfig
 from rl.shaping import defaults as shaping_defaults
@@ -539,7 +542,14 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key, raw = item.split("=", 1)
     if not key:
         raise ValueError(f"override {item!r} has an empty key")
-    return key.split("."), yaml.safe_load(raw) if raw else ""
+    try:
+        return key.split("."), yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise ValueError(
+            f"override {item!r}: the value is not valid YAML ({problem}); quote it for the shell, as in "
+            f"'reward.functions=[{{fn: format}}]'"
+        ) from None
 
 
 def apply_overrides(
@@ -633,3 +643,44 @@ def describe_config(model: type[BaseModel] | None = None, prefix: str = "") -> l
         if section is not None:
             lines += describe_config(section, f"{key}{sep}")
     return lines
+
+
+def error_lines(error: ValidationError, name: Callable[[tuple], str] | None = None) -> list[str]:
+    """A pydantic error as one line per field, ``train.lr: Input should be a valid number ... (got 'abc')``, without
+    pydantic's URL; ``name`` turns an error's location into the option a person typed (default: dotted keys)."""
+    lines = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        where = name(loc) if name else ".".join(str(part) for part in loc)
+        cause = (item.get("ctx") or {}).get("error")
+        if item["type"] == "extra_forbidden":
+            text = "not a known key" + _close_key(where, error.title)
+        elif isinstance(cause, ValidationError):  # a validator that validated another model
+            text = "; ".join(error_lines(cause))
+        elif isinstance(cause, BaseException):
+            text = one_line(cause)
+        else:
+            text = item["msg"]
+            value = item.get("input")
+            if isinstance(value, (str, int, float, bool)) and len(repr(value)) <= 60:
+                text += f" (got {value!r})"
+        lines.append(f"{where}: {text}" if where else text)
+    return lines
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (a ``ValidationError``'s fields joined by ``; ``)."""
+    if isinstance(error, ValidationError):
+        return "; ".join(error_lines(error))
+    return " ".join(str(error).split())
+
+
+def _close_key(key: str, title: str) -> str:
+    """For an unknown key of a run config: the nearest known key, and where every key is listed."""
+    if title != RunConfig.__name__:
+        return ""
+    section, _, leaf = re.sub(r"\.\d+(?=\.)", "[]", key).rpartition(".")
+    siblings = [k.rpartition(".") for k in (line.split(" (", 1)[0] for line in describe_config())]
+    near = difflib.get_close_matches(leaf, [name for head, _, name in siblings if head == section], n=1, cutoff=0.7)
+    hint = f"did you mean {key[: len(key) - len(leaf)]}{near[0]}? " if near else ""
+    return f" ({hint}rl train --help-config lists every key)"

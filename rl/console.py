@@ -206,6 +206,15 @@ def step_postfix(metrics: dict[str, float]) -> str:
     )
 
 
+def unscored_warning(unscored: int, samples: int) -> str:
+    """The summary's line for samples that every reward function returned None for (TRL warns of them too)."""
+    which = "every sample" if unscored >= samples else f"{unscored} of {samples} samples"
+    return (
+        f"warning: every reward function returned None for {which}, which counted as a reward failure (reward "
+        f"0.0, or dropped with reward.on_failure=drop); return a float for every sample (0.0 for a wrong answer)"
+    )
+
+
 def run_summary(summary: dict, run_dir: Path) -> str:
     """Write ``summary.json`` into ``run_dir``; return the few lines a person reads at the end of ``rl train``."""
     path = run_dir / "summary.json"
@@ -218,9 +227,13 @@ def run_summary(summary: dict, run_dir: Path) -> str:
         )
     # faults only: groups dropped as stale or without signal are the algorithm at work (summary.json counts them)
     faults = {k: summary.get(k) for k in ("rollout_errors", "dead_workers", "restarted_workers")}
-    faults |= {f"reward {k}": v for k, v in (summary.get("reward_failures") or {}).items()}
+    failures = dict(summary.get("reward_failures") or {})
+    unscored = failures.pop("none", 0)
+    faults |= {f"reward {k}": v for k, v in failures.items()}
     if noted := [f"{k.replace('_', ' ')} {v}" for k, v in faults.items() if v]:
         lines.append("note: " + ", ".join(noted))
+    if unscored:
+        lines.append(unscored_warning(unscored, summary.get("scored_samples", 0)))
     saved = summary.get("checkpoint")
     where = [path.name, "metrics.jsonl", *([f"checkpoints/{Path(saved).name}"] if saved else [])]
     if (run_dir / "logs").is_dir():

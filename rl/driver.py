@@ -72,6 +72,7 @@ class RunCounters:
     replayed_groups: int = 0  # in flight or buffered at the checkpoint a run resumed from: sampled again
     dropped_groups: dict[str, int] = field(default_factory=dict)
     reward_failures: dict[str, int] = field(default_factory=dict)
+    scored_samples: int = 0  # samples given to the reward functions (reward_failures["none"] counts those unscored)
 
     def drop(self, reason: str) -> None:
         self.dropped_groups[reason] = self.dropped_groups.get(reason, 0) + 1
@@ -213,6 +214,7 @@ class Driver:
                 "groups_unaccounted": self.counters.unaccounted(len(self.unfinished)),
                 "dropped_groups": self.counters.dropped_groups,
                 "reward_failures": self.counters.reward_failures,
+                "scored_samples": self.counters.scored_samples,
             }
             scalars = {k: v for k, v in summary.items() if isinstance(v, (int, float))}
             for name in ("dropped_groups", "reward_failures"):  # counts by reason, flattened for the JSONL
@@ -320,6 +322,7 @@ class Driver:
             [self.encoder.completion(row.prompt, s.text) for s in samples],
             self.encoder.columns([row] * len(samples), samples),
         )
+        self.counters.scored_samples += len(samples)
         for kind, n in scored.failures.items():
             if n:
                 self.counters.reward_failures[kind] = self.counters.reward_failures.get(kind, 0) + n

@@ -18,8 +18,10 @@ from rl.checkpoint import complete_checkpoints
 from rl.config import RunConfig
 from rl.data.source import dataset_rows
 from rl.evaluation import ProblemRecord, sample_and_score, summarize
-from rl.models import BUILTIN_PREFIX, resolve_model
+from rl.models import BUILTIN_PREFIX
+from rl.preflight import BadInput, check_model_path
 from rl.prompting import PromptEncoder
+from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec, SamplingSpec
 
@@ -34,20 +36,42 @@ def recipe_for_dataset(dataset: str) -> str:
 
 
 def resolve_eval_model(name: str) -> str:
-    """A local model directory for ``builtin:NAME``, an HF directory, or a run directory (its latest complete
-    checkpoint). Anything else is returned as it is (a hub name, for users with hub access).
+    """A local model directory for ``builtin:NAME``, an HF directory (checked as ``rl train`` checks
+    ``model.path``), or a run directory (its latest complete checkpoint). A hub name is returned as it is (for
+    users with hub access); anything else is a ``BadInput``.
     """
-    if name.startswith(BUILTIN_PREFIX):
-        return resolve_model(name)
-    path = Path(name)
-    if (path / "config.json").exists():
-        return str(path)
-    saved = complete_checkpoints(path)
-    if saved:
+    path = Path(name).expanduser()
+    if not name.startswith(BUILTIN_PREFIX) and path.is_dir() and not (path / "config.json").exists():
+        saved = complete_checkpoints(path)
+        if not saved:
+            raise BadInput(
+                f"model {name!r} is neither an HF model directory (no config.json) nor a run directory with a "
+                f"complete checkpoint; give one of those, builtin:NAME or a hub name"
+            )
         return str(saved[-1])
-    if path.exists():
-        raise ValueError(f"{name}: neither an HF model directory nor a run directory with a complete checkpoint")
-    return name
+    return check_model_path(name, "model")
+
+
+def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> tuple[str, list]:
+    """The model directory and the split's rows, with the reward functions loaded once: each problem a one-line
+    ``BadInput`` before any engine starts."""
+    model_dir = resolve_eval_model(settings.model)
+    data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
+    try:
+        rows = dataset_rows(data, settings.split)
+    except FileNotFoundError as e:
+        raise BadInput(f"--dataset: {e}; give an existing file, folder, preset or hub dataset") from None
+    except Exception as e:
+        text = " ".join(str(e).split()) or type(e).__name__
+        raise BadInput(f"--dataset {data.source!r} (split {settings.split!r}): {text}") from None
+    if not rows:
+        raise BadInput(f"--dataset {data.source!r} split {settings.split!r} has no rows; check --split")
+    for reward in cfg.reward.functions:
+        try:
+            load_reward_fn(reward.fn)
+        except ValueError as e:
+            raise BadInput(f"reward.functions: {e}") from None
+    return model_dir, rows
 
 
 @dataclass
@@ -89,22 +113,23 @@ class EvalReport:
         return "\n".join([head, *rows])
 
 
-def run_eval(cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None = None) -> EvalReport:
+def run_eval(
+    cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None = None, inputs: tuple[str, list] | None = None
+) -> EvalReport:
     """Evaluate ``settings.model`` on ``cfg.data`` (split ``settings.split``).
 
     With ``workers`` (rollout-worker handles already serving that model) no engine is started; otherwise
-    one in-process vLLM engine is built for the run and shut down after it.
+    one in-process vLLM engine is built for the run and shut down after it. ``inputs``: ``eval_inputs``'s result,
+    when the caller checked them already.
     """
-    return asyncio.run(eval_report(cfg, settings, workers))
+    return asyncio.run(eval_report(cfg, settings, workers, inputs))
 
 
-async def eval_report(cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None) -> EvalReport:
+async def eval_report(
+    cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None, inputs: tuple[str, list] | None = None
+) -> EvalReport:
     """``run_eval`` inside a running event loop (where an engine already serving ``workers`` lives)."""
-    model_dir = resolve_eval_model(settings.model)
-    data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
-    rows = dataset_rows(data, settings.split)
-    if not rows:
-        raise ValueError(f"dataset {data.source!r} split {settings.split!r} has no rows")
+    model_dir, rows = inputs or eval_inputs(cfg, settings)
     encoder = PromptEncoder(model_dir)
     max_tokens = settings.max_tokens or cfg.rollout.max_tokens
     temperature = settings.temperature

@@ -1,4 +1,4 @@
-"""A run's inputs checked before any actor starts: the model, the data and the reward functions.
+"""A run's inputs checked before any actor starts: the model, the data, the reward functions, the output folder.
 
 Each problem is one ``BadInput`` line naming the field, file or row and what to do; rows that cannot be used
 (malformed lines, empty prompts or answers, prompts too long for the model) are skipped and counted in a
@@ -7,8 +7,11 @@ logged warning. ``preflight`` returns what the driver needs, so nothing is loade
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,7 @@ from rl.types import PromptRow, Sample
 log = logging.getLogger("rl.preflight")
 
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors loader refuses a longer header ("header too large")
 
 
 class BadInput(ValueError):
@@ -55,30 +59,129 @@ def preflight(cfg: RunConfig) -> RunInputs:
             f"data.source {cfg.data.source!r}: {len(train)} usable training rows, fewer than train.batch_groups "
             f"({cfg.train.batch_groups}); add rows or lower train.batch_groups"
         )
-    for reward in cfg.reward.functions:
-        check_reward(reward, train[0], encoder, cfg.reward.timeout_s)
+    values = [check_reward(reward, train[0], encoder, cfg.reward.timeout_s) for reward in cfg.reward.functions]
+    if all(v is None for v in values):
+        print(
+            f"warning: every reward function returned None for row {train[0].prompt_id} (its answer as the "
+            f"completion), so the run would train on zero rewards; return a float for every sample (0.0 for a wrong "
+            f"answer)",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"data: {len(train)} training rows, {len(test)} held-out rows", flush=True)
     return RunInputs(model_dir, encoder, train, test)
 
 
-def check_model_path(path: str, key: str = "model.path") -> str:
+def check_model_path(path: str, key: str = "model.path", weights: bool = True) -> str:
     """The local directory of ``path`` (the option ``key`` names it in errors); a hub name is accepted as it is (no
-    network here)."""
+    network here). A local directory needs a ``config.json`` and, unless ``weights`` is False (random weights),
+    weight files whose headers read as loading reads them."""
     if path.startswith((BUILTIN_PREFIX, "dummy:")):
         try:
             return resolve_model(path)
         except ValueError as e:
             raise BadInput(f"{key}: {e}") from None
+    if not path.strip():
+        raise BadInput(f"{key} is empty; give a local model directory, builtin:NAME or a hub name")
     local = Path(path).expanduser()
     if local.exists():
         if not (local / "config.json").is_file():
             raise BadInput(f"{key} {path!r} has no config.json: give a Hugging Face model directory")
+        try:
+            config = json.loads((local / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise BadInput(f"{key} {path!r}: config.json is not readable JSON ({_line(e)})") from None
+        if not isinstance(config, dict):
+            raise BadInput(f"{key} {path!r}: config.json is not a JSON object")
+        if weights:
+            check_weights(local, f"{key} {path!r}")
         return str(local)
     if path.startswith((".", "/", "~")) or not _HUB_NAME.fullmatch(path):
         raise BadInput(
             f"{key} {path!r} does not exist; give a local model directory, builtin:arith-tiny, "
             f"builtin:smollm2-135m or a hub name like Qwen/Qwen2.5-0.5B-Instruct"
         )
+    return path
+
+
+def check_weights(model_dir: Path, where: str) -> None:
+    """The weight files of ``model_dir``: every ``*.safetensors`` file (or the shards its index lists) must have a
+    header that parses and tensors that lie within the file; ``pytorch_model*.bin`` files are taken as they are."""
+    index = model_dir / "model.safetensors.index.json"
+    files = sorted(model_dir.glob("*.safetensors"))
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise BadInput(
+                f"{where}: {index.name} is not a weight index ({_line(e)}); download the model again"
+            ) from None
+        if missing := [s for s in shards if not (model_dir / s).is_file()]:
+            raise BadInput(
+                f"{where}: {index.name} lists {len(shards)} weight files, {len(missing)} missing ({missing[0]}); "
+                f"download the model again"
+            )
+        files = [model_dir / s for s in shards]
+    if not files:
+        if any(model_dir.glob("pytorch_model*.bin")):
+            return
+        raise BadInput(
+            f"{where} has a config.json but no weights (model.safetensors or pytorch_model.bin); copy the model's "
+            f"weight files into it"
+        )
+    for file in files:
+        if problem := safetensors_problem(file):
+            raise BadInput(
+                f"{where}: {file.name} is not a readable safetensors file ({problem}); save or download it again"
+            )
+
+
+def safetensors_problem(file: Path) -> str | None:
+    """Why ``file`` would not load as safetensors (its 8-byte header length, JSON header, tensor offsets), or None."""
+    try:
+        size = file.stat().st_size
+        with file.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{size} bytes, too short for a header"
+            length = int.from_bytes(head, "little")
+            if 8 + length > size:
+                return f"header length {length} exceeds the file's {size} bytes"
+            if length > SAFETENSORS_MAX_HEADER:
+                return f"header length {length}, over the loader's limit of {SAFETENSORS_MAX_HEADER} bytes"
+            header = json.loads(f.read(length))
+    except OSError as e:
+        return _line(e)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError
+        return "its header is not JSON"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    end = 0
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = tensor.get("data_offsets") if isinstance(tensor, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            return f"tensor {name!r} has no data_offsets"
+        if not 0 <= offsets[0] <= offsets[1]:
+            return f"tensor {name!r} has data_offsets {offsets}"
+        end = max(end, offsets[1])
+    if 8 + length + end > size:
+        return f"truncated: its tensors end at byte {8 + length + end}, the file has {size}"
+    return None
+
+
+def check_output_dir(directory: str | Path, where: str) -> Path:
+    """``directory`` created if need be and written to (a probe file, removed); ``where`` names it in the error."""
+    path = Path(directory).expanduser()
+    probe = path / f".tailor-probe-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        reason = f"{e.strerror}: {e.filename}" if e.strerror and e.filename else _line(e)
+        raise BadInput(f"{where} cannot be created or written ({reason}); give a folder you can write to") from None
     return path
 
 
@@ -146,8 +249,10 @@ def fitting_rows(rows: list[PromptRow], encoder: PromptEncoder, rollout: Rollout
     return kept
 
 
-def check_reward(reward: RewardFn, row: PromptRow, encoder: PromptEncoder, timeout_s: float) -> None:
-    """Load ``reward`` and call it, in this process, on ``row`` with its answer as the completion."""
+def check_reward(reward: RewardFn, row: PromptRow, encoder: PromptEncoder, timeout_s: float) -> float | None:
+    """Load ``reward`` and call it, in this process, on ``row`` with its answer as the completion; its value.
+
+    A reward that exits (``sys.exit``, or ``os._exit`` from the calling thread) is reported as one that raises."""
     try:
         fn = load_reward_fn(reward.fn)
     except ValueError as e:
@@ -158,11 +263,24 @@ def check_reward(reward: RewardFn, row: PromptRow, encoder: PromptEncoder, timeo
     call = threading.Thread(
         target=_call_into, args=(outcome, fn, row, encoder.completion(row.prompt, row.answer), columns), daemon=True
     )
-    call.start()
-    call.join(timeout_s)
+    real_exit, pid = os._exit, os.getpid()
+
+    def exit_guard(code: int) -> None:  # os._exit of the reward's own thread (not of a forked child): raise instead
+        if os.getpid() == pid and threading.get_ident() == call.ident:
+            raise _Exited(f"os._exit({code})")
+        real_exit(code)
+
+    os._exit = exit_guard
+    try:
+        call.start()
+        call.join(timeout_s)
+    finally:
+        os._exit = real_exit
     where = f"reward {reward.fn!r} on row {row.prompt_id}"
     if call.is_alive():
         raise BadInput(f"{where}: no result within reward.timeout_s ({timeout_s:g} s)")
+    if "exited" in outcome:
+        raise BadInput(f"{where}: it exited ({outcome['exited']}); a reward returns a list of floats, it does not exit")
     if "error" in outcome:
         arguments = ", ".join(["prompts", "completions", *columns, *TRL_HOOKS])
         raise BadInput(f"{where}: {outcome['error']} (a reward gets the keyword arguments {arguments})")
@@ -170,14 +288,25 @@ def check_reward(reward: RewardFn, row: PromptRow, encoder: PromptEncoder, timeo
         raise BadInput(f"{where}: {outcome['bad_output']}")
     if len(outcome["values"]) != 1:
         raise BadInput(f"{where}: returned {len(outcome['values'])} values for 1 completion")
+    return outcome["values"][0]
+
+
+class _Exited(SystemExit):
+    """``os._exit`` called by a reward during the preflight call."""
 
 
 def _call_into(outcome: dict[str, Any], fn: Any, row: PromptRow, completion: Any, columns: dict) -> None:
-    """Thread body: ``outcome["values"]``, or one line in ``outcome["error"]`` (the call raised) or
-    ``outcome["bad_output"]`` (it returned something other than numbers)."""
+    """Thread body: ``outcome["values"]``, or one line in ``outcome["error"]`` (the call raised),
+    ``outcome["exited"]`` (it exited) or ``outcome["bad_output"]`` (it returned something other than numbers)."""
     try:
         out = call_reward(fn, [row.prompt], [completion], columns)
-    except Exception as e:
+    except _Exited as e:
+        outcome["exited"] = str(e.code)
+        return
+    except SystemExit as e:
+        outcome["exited"] = f"sys.exit({e.code!r})"
+        return
+    except BaseException as e:
         outcome["error"] = _line(e)
         return
     try:

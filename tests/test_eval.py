@@ -73,6 +73,7 @@ def test_resolve_eval_model(tmp_path, tiny_model_dir):
     hf = tmp_path / "hf"
     hf.mkdir()
     (hf / "config.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"{}")  # a safetensors file of no tensors
     assert resolve_eval_model(str(hf)) == str(hf)
     run = tmp_path / "runs" / "demo"
     for step in ("step_000010", "step_000020", "step_000030.tmp"):

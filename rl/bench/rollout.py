@@ -40,7 +40,7 @@ from rl.bench.cost_model import DecodeProfile, batch_rollout_time
 from rl.bench.prompts import Source, bench_rows, default_reward, sample_rows
 from rl.bench.records import SampleRecord, pass_metrics
 from rl.bench.summary import build_summary, markdown
-from rl.config import RolloutConfig, RunConfig, ShapingConfig, apply_overrides, load_config
+from rl.config import RolloutConfig, RunConfig, ShapingConfig, apply_overrides, load_config, one_line
 from rl.data.source import dataset_rows
 from rl.prompting import PromptEncoder
 from rl.rewards.loading import load_reward_fn
@@ -118,8 +118,8 @@ class RolloutBenchConfig(BaseModel):
         for mode in self.modes:
             try:
                 in_process_scorer(mode_shaping(self, mode))
-            except ValueError as e:  # pydantic's ValidationError included
-                raise ValueError(f"mode {mode!r}: {e}") from None
+            except ValueError as e:  # pydantic's ValidationError included: one line per field
+                raise ValueError(f"mode {mode!r}: {one_line(e)}") from None
         return self
 
     @model_validator(mode="after")

@@ -54,6 +54,10 @@ def load_reward_fn(spec: str, base_dir: str | Path | None = None) -> Callable:
             module = importlib.import_module(source)
         except ImportError as e:
             raise ValueError(f"reward spec {spec!r}: cannot import module {source!r}: {e}") from e
+        except (Exception, SystemExit) as e:  # the module's own code failed, or exited, while importing
+            raise ValueError(
+                f"reward spec {spec!r}: importing module {source!r} failed: {type(e).__name__}: {e}"
+            ) from e
         where = f"module {source!r}"
     fn = getattr(module, attr, None)
     if fn is None:
@@ -79,7 +83,7 @@ def _import_file(spec: str, path: Path):
     sys.modules[name] = module
     try:
         module_spec.loader.exec_module(module)
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # an exit while importing is a failed import, not the caller's exit
         del sys.modules[name]
         raise ValueError(f"reward spec {spec!r}: importing {path} failed: {type(e).__name__}: {e}") from e
     return module

@@ -99,10 +99,11 @@ def _log_metric(name: str, value: float) -> None:
 
 
 def _call_safely(fn: Callable, prompts: list, completions: list, columns: dict[str, list]) -> Outcome:
-    """``call_reward`` with its values checked; an exception becomes a ``raised`` outcome with the traceback."""
+    """``call_reward`` with its values checked; an exception, or an exit (``sys.exit``), becomes a ``raised``
+    outcome with the traceback (an ``os._exit`` ends the worker: a ``died`` call, also counted as ``raised``)."""
     try:
         return "ok", reward_values(call_reward(fn, prompts, completions, columns))
-    except Exception:
+    except (Exception, SystemExit):
         return "raised", traceback.format_exc()
 
 
