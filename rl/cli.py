@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 from pydantic import ValidationError
 
 import rl.recipes
+from rl.processes import Terminated
 
 if TYPE_CHECKING:
     from rl.config import RunConfig
@@ -695,7 +696,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:
     """``kill`` unwinds the command as Ctrl-C does: its ``finally`` blocks stop engines and worker pools."""
-    raise SystemExit(128 + signum)
+    raise Terminated(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:

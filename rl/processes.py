@@ -1,4 +1,5 @@
-"""Process trees on Linux (``/proc``): what a run started, whether it is alive, waiting for a condition."""
+"""Process trees on Linux (``/proc``): what a run started, whether it is alive, waiting for a condition; the exit a
+signal asks for."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+
+class Terminated(SystemExit):
+    """The exit a SIGTERM asks of a command (code 128 + signal): code that turns a user's ``SystemExit`` into a
+    reported failure (a reward that calls ``sys.exit``) lets this one through."""
 
 
 def descendants(pid: int) -> set[int]:

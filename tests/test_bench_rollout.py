@@ -335,6 +335,10 @@ def test_real_small_bench_run(bench_engine, tmp_path):
     assert "speed-up vs plain" in table and "| darts@long_wait=1.0 |" in table
 
 
+def _listen(trace) -> None:
+    """An ``on_output`` listener that only asks for streaming."""
+
+
 @pytest.mark.integration
 def test_engine_runs_higher_priority_first(bench_engine, encode):
     """vLLM priority scheduling through the adapter (what TIE modes rely on): with 8 running slots full,
@@ -351,7 +355,8 @@ def test_engine_runs_higher_priority_first(bench_engine, encode):
 
         def run(name: str, priority: int):
             live[name] = RequestTrace(f"prio-{name}")
-            return asyncio.ensure_future(engine.generate(live[name], prompt, sampling, priority))
+            # streamed (a listener is given), so the first wave's tokens show while it runs
+            return asyncio.ensure_future(engine.generate(live[name], prompt, sampling, priority, _listen))
 
         running = [run(f"run{i}", 5) for i in range(8)]
         # the first wave holds the 8 slots once each of its requests has a token (fixed sleeps raced the engine's

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from rl.processes import Terminated
+
 # Built-in short names -> "module:function" inside this package.
 BUILTINS: dict[str, str] = {
     "math_accuracy": "rl.rewards.math:math_accuracy",
@@ -54,6 +56,8 @@ def load_reward_fn(spec: str, base_dir: str | Path | None = None) -> Callable:
             module = importlib.import_module(source)
         except ImportError as e:
             raise ValueError(f"reward spec {spec!r}: cannot import module {source!r}: {e}") from e
+        except Terminated:
+            raise
         except (Exception, SystemExit) as e:  # the module's own code failed, or exited, while importing
             raise ValueError(
                 f"reward spec {spec!r}: importing module {source!r} failed: {type(e).__name__}: {e}"
@@ -83,6 +87,9 @@ def _import_file(spec: str, path: Path):
     sys.modules[name] = module
     try:
         module_spec.loader.exec_module(module)
+    except Terminated:
+        del sys.modules[name]
+        raise
     except (Exception, SystemExit) as e:  # an exit while importing is a failed import, not the caller's exit
         del sys.modules[name]
         raise ValueError(f"reward spec {spec!r}: importing {path} failed: {type(e).__name__}: {e}") from e

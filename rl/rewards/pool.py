@@ -31,6 +31,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Literal
 
+from rl.processes import Terminated
 from rl.rewards.loading import load_reward_fn
 
 logger = logging.getLogger("rl.rewards")
@@ -103,6 +104,8 @@ def _call_safely(fn: Callable, prompts: list, completions: list, columns: dict[s
     outcome with the traceback (an ``os._exit`` ends the worker: a ``died`` call, also counted as ``raised``)."""
     try:
         return "ok", reward_values(call_reward(fn, prompts, completions, columns))
+    except Terminated:
+        raise
     except (Exception, SystemExit):
         return "raised", traceback.format_exc()
 
