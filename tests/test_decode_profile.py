@@ -51,7 +51,7 @@ def test_bad_options_fail_before_an_engine_starts(tiny_model_dir, capsys):
 @pytest.mark.integration
 def test_profile_through_the_engine(tmp_path):
     out = tmp_path / "profile.json"
-    argv = ["bench", "profile-decode", "--batch-sizes", "1,4,8", "--steps", "32", "--repeats", "3"]
+    argv = ["bench", "profile-decode", "--batch-sizes", "1,4,8", "--steps", "16", "--repeats", "1"]
     args = build_parser().parse_args([*argv, "--stream-interval", "4", "--dummy-weights", "--out", str(out)])
     assert cmd_bench_profile_decode(args) == 0
     profile = json.loads(out.read_text())
