@@ -14,7 +14,10 @@
 #          prompts at 512 tokens, seeds 10-11, CUDA graphs: raw, plain, shadow (natural lengths for the simulator)
 #          and darts+sart (floor 12, budget 14, long_wait 1.5) with this tree's code.
 # before:  the same without shadow, with the code of .gpu_old/tl (an older tree carried beside this one, e.g. the
-#          commit that measured 1.00x): before and after on the same card in one call.
+#          commit that measured 1.00x): before and after on the same card in one call. Made here, then carried:
+#          mkdir -p .gpu_old/tl /tmp/old && git archive 66f2922 rl rollout trainer shaping kernels recipes | tar -x -C
+#          /tmp/old && cp -r /tmp/old/rl .gpu_old/tl/ && for d in rollout trainer shaping kernels recipes; do
+#          cp -r /tmp/old/$d .gpu_old/tl/rl/; done   (and .gpu_old in .git/info/exclude)
 # profile: rl bench profile-decode through vLLM: b in 1,16,64,128,256; unstreamed, streamed, every 16 tokens.
 # dummy7b, dummy1.5b: rl bench rollout at Qwen2.5-7B / -1.5B shapes, vLLM dummy weights, random prompts, sample
 #          lengths drawn from the arith_smollm2 length model at a 1024-token cap: plain, shadow, darts+long_wait.
