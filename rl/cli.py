@@ -167,12 +167,13 @@ def _positive(text: str) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from rl.config import one_line
     from rl.report import write_report
 
     try:
         path = write_report(Path(args.run_dir))
     except (ValueError, OSError) as e:
-        print(f"cannot report: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"cannot report: {one_line(e)}", file=sys.stderr)
         return 2
     print(path)
     return 0
@@ -411,6 +412,7 @@ def _add_bench_simulate(bench: argparse._SubParsersAction) -> None:
 
 def cmd_bench_profile_decode(args: argparse.Namespace) -> int:
     from rl.bench.decode_profile import check_options, profile_decode
+    from rl.config import one_line
     from rl.preflight import check_model_path, check_output_dir
 
     model_dir = check_model_path(args.model, "--model", weights=not args.dummy_weights)
@@ -418,7 +420,7 @@ def cmd_bench_profile_decode(args: argparse.Namespace) -> int:
         sizes = _integers(args.batch_sizes, "--batch-sizes")
         check_options(model_dir, sizes, args.steps, args.prompt_len, args.stream_interval, args.repeats)
     except (ValueError, OSError) as e:
-        print(f"invalid profile options: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"invalid profile options: {one_line(e)}", file=sys.stderr)
         return 2
     if args.out:
         check_output_dir(Path(args.out).parent, f"--out {args.out!r}: its folder")

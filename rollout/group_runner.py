@@ -101,7 +101,8 @@ async def run_group(
     tasks = [asyncio.create_task(engine.generate(t, prompt_tokens, sampling, plan.priority, on_output)) for t in traces]
     ticker = None
     if on_output is not None:
-        watch = _progress(traces, aborted, controller, apply, decode, progress_every_tokens, scorer, progressed)
+        read = decode if reads_text else _no_text
+        watch = _progress(traces, aborted, controller, apply, read, progress_every_tokens, scorer, progressed)
         ticker = asyncio.create_task(watch)
     try:
         for next_done in asyncio.as_completed(tasks):
@@ -160,14 +161,14 @@ async def _progress(
     aborted: set[int],
     controller: GroupController,
     apply: Callable[[Decision], Awaitable[None]],
-    decode: Callable[[list[int]], str] | None,
+    read: Callable[[list[int]], str],
     every_tokens: int,
     scorer: _Scorer | None,
     progressed: asyncio.Event,
 ) -> None:
     """Show the controller the running samples each time the longest of them passes a multiple of
-    ``every_tokens`` (woken by streamed outputs; several outputs between two looks make one look)."""
-    reads_text = controller.reads_text and decode is not None
+    ``every_tokens`` (woken by streamed outputs; several outputs between two looks make one look), each with its
+    text as ``read`` gives it."""
     next_look = every_tokens
     while True:
         await progressed.wait()
@@ -179,14 +180,14 @@ async def _progress(
         next_look = (clock // every_tokens + 1) * every_tokens
         if not controller.prunable:
             continue
-        text = decode if reads_text else _no_text
-        running = [RunningSample(i, len(traces[i].tokens), text(traces[i].tokens)) for i in live]
+        running = [RunningSample(i, len(traces[i].tokens), read(traces[i].tokens)) for i in live]
         if scorer:
             running = await _scored(running, scorer)
         await apply(controller.on_progress(running))
 
 
 def _no_text(tokens: list[int]) -> str:
+    """What a controller that reads no text is shown of a running sample."""
     return ""
 
 

@@ -322,7 +322,7 @@ class RolloutBench:
         if mode == "raw":
             timed = await self._passes(lambda tag: self.raw_pass(engine, batch, tag))
         else:
-            policy = PlainPolicy(widest_launch(self.cfg)) if mode == SHADOW else self._policy(mode)
+            policy = self.policy(mode)
             # shadow is timed against nothing and its lengths need no history: no warm-up pass
             timed = await self._passes(
                 lambda tag: self.shaped_pass(engine, policy, mode, batch, tag), warm_up=mode != SHADOW
@@ -352,7 +352,10 @@ class RolloutBench:
             "group_rewards": [sum(g) / len(g) if g else None for g in group_rewards],
         }
 
-    def _policy(self, mode: str) -> ShapingPolicy:
+    def policy(self, mode: str) -> ShapingPolicy:
+        """The policy a shaped ``mode`` runs (``shadow``: the widest launch, every sample kept)."""
+        if mode == SHADOW:
+            return PlainPolicy(widest_launch(self.cfg))
         return make_policy(policy_name(mode), **policy_options(self.cfg, mode))
 
     async def _passes(self, one_pass: Callable[[str], Awaitable[PassResult]], warm_up: bool = True) -> PassResult:

@@ -14,12 +14,11 @@ import time
 from typing import TYPE_CHECKING
 
 from rl.rollout.group_runner import run_group
-from rl.shaping.plain import PlainPolicy
 
 if TYPE_CHECKING:
     from rl.bench.rollout import Batch, RolloutBench
     from rl.rollout.engine import InferenceEngine
-    from rl.shaping.policy import GroupPlan, ShapingPolicy
+    from rl.shaping.policy import GroupPlan
 
 
 async def steady_metrics(bench: RolloutBench, engine: InferenceEngine, mode: str, batch: Batch, tag: str) -> dict:
@@ -27,7 +26,7 @@ async def steady_metrics(bench: RolloutBench, engine: InferenceEngine, mode: str
     from rl.bench.rollout import mode_shaping
 
     cfg = bench.cfg
-    policy = _policy(bench, mode)
+    policy = None if mode == "raw" else bench.policy(mode)  # raw: one n=M request per group
     progress = mode_shaping(cfg, mode).progress_tokens
     slots = asyncio.Semaphore(cfg.prompts)
 
@@ -54,12 +53,3 @@ async def steady_metrics(bench: RolloutBench, engine: InferenceEngine, mode: str
     await asyncio.gather(*tasks)
     seconds = time.monotonic() - t0
     return {"steady_kept_groups_per_s": cfg.steady_batches * cfg.prompts / seconds, "steady_s": seconds}
-
-
-def _policy(bench: RolloutBench, mode: str) -> ShapingPolicy | None:
-    """The policy ``mode`` shapes with; None for ``raw`` (one ``n=M`` request per group)."""
-    from rl.bench.rollout import SHADOW, widest_launch
-
-    if mode == "raw":
-        return None
-    return PlainPolicy(widest_launch(bench.cfg)) if mode == SHADOW else bench._policy(mode)
