@@ -173,6 +173,12 @@ class ShapingConfig(Strict):
         "sample's length (keeping the longest finished by then); None waits for the group's last "
         "sample, as DARTS does",
     )
+    spare_gate: bool = Field(
+        default=shaping_defaults.SPARE_GATE,
+        description="DARTS policies: lower a prompt's budget (not below min_redundancy) to the launch its observed "
+        "lengths say pays: spares that would shorten the group less than they add to its tokens are not launched "
+        "(no spares where the lengths show no tail)",
+    )
     idle_target: float | None = Field(
         default=None,
         ge=0,

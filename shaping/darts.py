@@ -37,6 +37,7 @@ from rl.shaping import defaults
 from rl.shaping.allocation import allocate, total_budget, uniform
 from rl.shaping.length_stats import LengthStats
 from rl.shaping.policy import Decision, FinishedSample, GroupPlan, RunningSample
+from rl.shaping.spares import worthwhile_launch
 
 PriorityOrder = Literal["none", "longest_first", "shortest_first"]
 
@@ -186,6 +187,10 @@ class DartsPolicy:
 
     ``long_wait`` bounds how long a group's long slots wait (``DartsController``); ``None`` waits for every
     sample, as DARTS does.
+
+    ``spare_gate`` (not in DARTS) lowers a prompt's allocated budget, never below ``n_min``, to the launch its
+    own observed lengths say is worth it (``spares.worthwhile_launch``): no spares where its lengths show no
+    tail. The budget it frees is not given to other prompts. Unseen prompts and warm-up steps keep their budget.
     """
 
     def __init__(
@@ -201,6 +206,7 @@ class DartsPolicy:
         max_tokens: int | None = None,
         tie_beta: float = defaults.TIE_BETA,
         long_wait: float | None = None,
+        spare_gate: bool = defaults.SPARE_GATE,
     ) -> None:
         self.m_keep = m_keep
         self.avg_redundancy = avg_redundancy
@@ -220,6 +226,7 @@ class DartsPolicy:
         self.max_tokens = max_tokens
         self.tie_beta = tie_beta
         self.long_wait = long_wait
+        self.spare_gate = spare_gate
         self.lengths = LengthStats(alpha=ema_alpha)
         self.steps = 0
 
@@ -234,6 +241,8 @@ class DartsPolicy:
         else:
             budgets = allocate([self.lengths.std(p) or 0.0 for p in prompt_ids], total, self.n_min, self.n_max)
         plans = []
+        if self.spare_gate and not warmup:
+            budgets = [self._worthwhile(p, n) for p, n in zip(prompt_ids, budgets, strict=True)]
         for prompt_id, n in zip(prompt_ids, budgets, strict=True):
             at_cap = n == self.n_max and self.n_max > self.n_min
             long_slots = 0 if warmup or at_cap else self.long_slots
@@ -245,6 +254,11 @@ class DartsPolicy:
 
     def observe(self, prompt_id: str, kept_lengths: list[int]) -> None:
         self.lengths.observe(prompt_id, kept_lengths)
+
+    def _worthwhile(self, prompt_id: str, budget: int) -> int:
+        if budget <= self.n_min:
+            return budget
+        return worthwhile_launch(self.lengths.window(prompt_id), self.m_keep, self.n_min, budget)
 
     def _priority(self, prompt_id: str) -> int:
         model = self.lengths.log_t(prompt_id) if self.priority != "none" else None

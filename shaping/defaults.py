@@ -4,6 +4,7 @@ both read them, so a policy built directly (tests, notebooks) behaves as one bui
 AVG_REDUNDANCY = 1.5  # samples launched per sample kept: DARTS's average over prompts, SART's per prompt
 MIN_REDUNDANCY = 1.0  # DARTS: a prompt's fewest samples launched, x the samples kept (n_min)
 MAX_REDUNDANCY = 2.0  # DARTS: a prompt's most samples launched, x the samples kept (n_max)
+SPARE_GATE = True  # DARTS: launch a prompt's spares only where its observed lengths say they pay (spares.py)
 LONG_SLOTS = 1  # DARTS: kept slots reserved for long samples
 WARMUP_STEPS = 0  # DARTS: steps with uniform budgets before the length statistics are trusted
 TIE_BETA = 0.1  # TIE's tail weight: E[X~] + beta * CVaR[X~]

@@ -72,6 +72,7 @@ def shaping_options(cfg: RunConfig) -> dict[str, Any]:
             priority=s.priority,
             tie_beta=s.tie_beta,
             long_wait=s.long_wait,
+            spare_gate=s.spare_gate,
         )
     if s.policy in ("sart", "darts+sart"):
         options.update(alpha=s.alpha, beta=s.beta, scorer="external" if s.scorer_worker else s.scorer)

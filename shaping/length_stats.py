@@ -147,6 +147,10 @@ class LengthStats:
         self._sigma_sum += fit.sigma - (old_fit.sigma if old_fit else 0.0)
         self._fits[prompt_id] = fit
 
+    def window(self, prompt_id: str) -> list[int]:
+        """The prompt's last ``history`` observed lengths (empty for an unseen prompt)."""
+        return list(self._lengths.get(prompt_id, ()))
+
     def std(self, prompt_id: str) -> float | None:
         """Smoothed length std; an unseen prompt gets the mean over known prompts, None if none is known."""
         if prompt_id in self._std:

@@ -274,7 +274,8 @@ def test_simulated_groups_keep_m_and_account_for_every_sample():
 
 
 def _policy_with_history(**kwargs):
-    policy = DartsPolicy(8, **kwargs)
+    """DARTS as the paper has it (no spare gate), with 16 prompts' length histories."""
+    policy = DartsPolicy(8, spare_gate=False, **kwargs)
     rng = np.random.default_rng(3)
     for p in range(16):
         policy.observe(f"q{p}", list(rng.normal(500, 10 + 40 * p, size=8).clip(1).astype(int)))
