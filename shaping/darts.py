@@ -190,7 +190,8 @@ class DartsPolicy:
 
     ``spare_gate`` (not in DARTS) lowers a prompt's allocated budget, never below ``n_min``, to the launch its
     own observed lengths say is worth it (``spares.worthwhile_launch``): no spares where its lengths show no
-    tail. The budget it frees is not given to other prompts. Unseen prompts and warm-up steps keep their budget.
+    tail. The budget it frees is not given to other prompts. An unseen prompt is judged by the lengths of all
+    prompts (``LengthStats.window``); with no history at all, and during warm-up, budgets stand.
     """
 
     def __init__(

@@ -14,6 +14,7 @@ from numpy.typing import ArrayLike
 from scipy import integrate
 from scipy import stats as sps
 
+POOLED_HISTORY = 512  # lengths of all prompts kept for unseen prompts' windows
 NU = 3.5  # TIE fixes the degrees of freedom at 3.5 (papers.md §3.2)
 
 
@@ -125,6 +126,7 @@ class LengthStats:
         self._std: dict[str, float] = {}
         self._std_sum = 0.0
         self._lengths: dict[str, deque[int]] = {}
+        self._pooled: deque[int] = deque(maxlen=POOLED_HISTORY)
         self._fits: dict[str, LogT] = {}
         self._mu_sum = 0.0
         self._sigma_sum = 0.0
@@ -141,6 +143,7 @@ class LengthStats:
 
         window = self._lengths.setdefault(prompt_id, deque(maxlen=self.history))
         window.extend(lengths)
+        self._pooled.extend(lengths)
         old_fit = self._fits.get(prompt_id)
         fit = fit_log_t(list(window), nu=self.nu)
         self._mu_sum += fit.mu - (old_fit.mu if old_fit else 0.0)
@@ -148,8 +151,9 @@ class LengthStats:
         self._fits[prompt_id] = fit
 
     def window(self, prompt_id: str) -> list[int]:
-        """The prompt's last ``history`` observed lengths (empty for an unseen prompt)."""
-        return list(self._lengths.get(prompt_id, ()))
+        """The prompt's last ``history`` observed lengths; an unseen prompt gets the last ``POOLED_HISTORY``
+        lengths of all prompts (wider than any one prompt's spread), empty if none was seen."""
+        return list(self._lengths.get(prompt_id, self._pooled))
 
     def std(self, prompt_id: str) -> float | None:
         """Smoothed length std; an unseen prompt gets the mean over known prompts, None if none is known."""

@@ -60,7 +60,9 @@ def test_darts_plans_no_spares_where_lengths_show_no_tail():
     launched = [pl.n_launch for pl in gated.plan(prompts)]
     assert sum(allocated) == round(1.5 * 8 * 9)  # DARTS spends its whole budget on flat prompts too
     assert launched[:8] == [8] * 8  # the gate spends none there
-    assert launched[8] == allocated[8]  # an unseen prompt keeps its budget
+    assert launched[8] == 8  # an unseen prompt is judged by all prompts' lengths
+    fresh = DartsPolicy(8, warmup_steps=0)
+    assert [pl.n_launch for pl in fresh.plan(prompts)] == [12] * 9  # nothing seen: the budget stands
 
 
 def test_darts_plans_keep_spares_for_a_tail():
