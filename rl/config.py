@@ -7,12 +7,13 @@ import difflib
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, NamedTuple, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rl.data.arith import ArithConfig
+from rl.rewards.model import RewardModelSpec
 from rl.shaping import defaults as shaping_defaults
 
 
@@ -63,15 +64,47 @@ class DataConfig(Strict):
 
 
 class RewardFn(Strict):
-    fn: str = Field(description="builtin name, path/to/file.py:function or package.module:function")
+    fn: str | None = Field(
+        default=None, description="builtin name, path/to/file.py:function or package.module:function"
+    )
+    model: str | None = Field(
+        default=None,
+        description="instead of fn: a reward model (sequence classification, num_labels=1), a local directory or "
+        "a hub name; loaded in every reward worker, it scores prompt + completion",
+    )
+    processing_class: str | None = Field(
+        default=None,
+        description="model only: the tokenizer it reads with (TRL's reward_processing_classes); None: its own",
+    )
+    batch_size: int = Field(default=16, ge=1, description="model only: completions per forward pass")
     weight: float = Field(default=1.0, description="the function's weight in the summed reward")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RewardFn:
+        if (self.fn is None) == (self.model is None):
+            raise ValueError(
+                "a reward names exactly one of fn (a function) and model (a reward model); set the whole item, as "
+                "in 'reward.functions=[{model: PATH}]'"
+            )
+        default_batch = type(self).model_fields["batch_size"].default
+        if self.fn is not None and (self.processing_class is not None or self.batch_size != default_batch):
+            raise ValueError("processing_class and batch_size belong to a reward model (model), not to fn")
+        return self
+
+    @property
+    def spec(self) -> str | RewardModelSpec:
+        """What the reward pool loads: the function's spec, or the reward model's."""
+        if self.fn is not None:
+            return self.fn
+        return RewardModelSpec(self.model, self.processing_class, self.batch_size)
 
 
 class RewardConfig(Strict):
     functions: list[RewardFn] = Field(
         default_factory=lambda: [RewardFn(fn="arith_exact")],
         min_length=1,
-        description="reward functions and weights; the first one's > 0 marks a correct answer in evals",
+        description="reward functions and reward models with their weights; the first one's > 0 marks a correct "
+        "answer in evals",
     )
     num_workers: int = Field(
         default=1,
@@ -100,7 +133,8 @@ class RolloutConfig(Strict):
         default=0.5,
         gt=0,
         le=1,
-        description="GPU only: the share of the engine's GPU vLLM may take",
+        description="GPU only: the share of the engine's GPU vLLM may take; on a GPU shared with the trainer the "
+        "memory plan sets it (memory.gpu_gib)",
     )
     enforce_eager: bool = Field(default=True, description="GPU only: no CUDA graphs (faster start, slower decode)")
     cpu_threads_bind: list[str] | None = Field(
@@ -126,6 +160,20 @@ class RolloutConfig(Strict):
         "weights); cpu weight transport only (a native NCCL group cannot take a new member mid-run)",
     )
     seed: int = Field(default=0, description="the engines' sampling seed")
+    tools: list[str] = Field(
+        default_factory=list,
+        description="tool functions the model may call, TRL style ('file.py:fn' or 'module:fn', plain or async, "
+        "documented); episodes become multi-turn, max_tokens is each episode's budget",
+    )
+    environment: str | None = Field(
+        default=None,
+        description="TRL-style environment class or factory ('file.py:Cls'): one instance per episode, "
+        "reset(**row) first, its public methods are tools; rewards get their attributes as `environments`",
+    )
+    max_tool_calls: int = Field(default=8, ge=0, description="tool calls per episode; a turn past it ends the episode")
+    tool_timeout_s: float = Field(
+        default=30.0, gt=0, description="per tool call; a call past it returns an error message to the model"
+    )
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> RolloutConfig:
@@ -290,7 +338,7 @@ class LoraConfig(Strict):
         description="adapter: the engines serve the base model plus the adapter (vLLM's LoRA support) and a sync "
         "sends only the adapter tensors; merged: a sync sends whole merged weights; auto: adapter where the "
         "engines have GPUs, merged on CPU (vLLM's CPU LoRA kernels halve decoding speed, which costs more than the "
-        "smaller sync saves: README, LoRA)",
+        "smaller sync saves: docs/benchmarks.md, LoRA)",
     )
 
 
@@ -456,6 +504,17 @@ class WeightSyncConfig(Strict):
         return self
 
 
+class MemoryConfig(Strict):
+    gpu_gib: float | None = Field(
+        default=None,
+        gt=0,
+        description="GiB of the one GPU the trainer and the rollout engines share, for the memory plan "
+        "(rl/memory_plan.py) that sets rollout.gpu_memory_utilization and refuses a run that cannot fit; None: "
+        "the GPU's free memory where a local run puts every actor on one GPU, else no plan. Set, it plans on "
+        "any machine (a CPU one included: a dry check of a GPU run)",
+    )
+
+
 class EvalConfig(Strict):
     every: int = Field(default=10, ge=0, description="optimizer steps between evaluations; 0 = only before/after")
     num_problems: int = Field(default=256, ge=1, description="held-out problems per evaluation")
@@ -468,6 +527,26 @@ class RayConfig(Strict):
         description='None: start a local instance; "auto": join a running cluster',
     )
     num_cpus: int | None = Field(default=None, description="CPUs of a local Ray instance; None: the machine's")
+
+
+class PlacementConfig(Strict):
+    trainer_nodes: list[str] = Field(
+        default_factory=list,
+        description="Ray nodes for the trainer ranks, rank i on entry i mod n: a node address (10.0.0.5) or a custom "
+        "resource a node was started with (ray start --resources); empty: wherever Ray has room",
+    )
+    rollout_nodes: list[str] = Field(
+        default_factory=list,
+        description="Ray nodes for the rollout engines, engine i on entry i mod n (node addresses or custom "
+        "resources, as trainer_nodes); empty: wherever Ray has room",
+    )
+
+    @model_validator(mode="after")
+    def _named(self) -> PlacementConfig:
+        for key in ("trainer_nodes", "rollout_nodes"):
+            if any(not entry.strip() for entry in getattr(self, key)):
+                raise ValueError(f"{key} holds an empty entry: name a node address or a Ray resource")
+        return self
 
 
 class WandbConfig(Strict):
@@ -483,6 +562,12 @@ class LoggingConfig(Strict):
     wandb: WandbConfig | None = Field(
         default=None,
         description="also log every step's metrics and the run config to W&B (beside metrics.jsonl and TensorBoard)",
+    )
+    completions_per_step: int = Field(
+        default=32,
+        ge=0,
+        description="completions of each step (whole groups first, in training order) written with their prompt, "
+        "rewards, advantage and log_extra columns to RUN_DIR/completions.jsonl (and a W&B table); 0: none",
     )
 
 
@@ -501,8 +586,10 @@ class RunConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     weight_sync: WeightSyncConfig = Field(default_factory=WeightSyncConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @model_validator(mode="after")
@@ -635,19 +722,37 @@ def _section(annotation: Any) -> tuple[type[BaseModel] | None, str]:
     return None, ""
 
 
-def describe_config(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
-    """One line per config key, ``section.key (type, default): description``, nested sections expanded: an
-    optional section (``train.lora``) or a list of them (``reward.functions``) gets its own line, then its keys."""
-    lines = []
+class ConfigKey(NamedTuple):
+    """One documented config key: ``default`` is ``required`` or ``default <repr>``."""
+
+    key: str
+    type: str
+    default: str
+    description: str
+
+
+def config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list[ConfigKey]:
+    """Every config key in declaration order, nested sections expanded: an optional section (``train.lora``) or a
+    list of them (``reward.functions``) is a key of its own, then its keys. The one source of ``--help-config``
+    and the generated reference page (``rl/config_reference.py``)."""
+    keys = []
     for name, info in (model or RunConfig).model_fields.items():
         key = f"{prefix}{name}"
         section, sep = _section(info.annotation)
-        if info.annotation is not section:  # a value, or an optional section or list of them: a line of its own
+        if info.annotation is not section:  # a value, or an optional section or list of them: a key of its own
             default = "required" if info.is_required() else f"default {info.get_default(call_default_factory=True)!r}"
-            text = f"{key} ({_type_name(info.annotation)}, {default})"
-            lines.append(f"{text}: {info.description}" if info.description else text)
+            keys.append(ConfigKey(key, _type_name(info.annotation), default, info.description or ""))
         if section is not None:
-            lines += describe_config(section, f"{key}{sep}")
+            keys += config_keys(section, f"{key}{sep}")
+    return keys
+
+
+def describe_config() -> list[str]:
+    """One line per config key, ``section.key (type, default): description``."""
+    lines = []
+    for item in config_keys():
+        text = f"{item.key} ({item.type}, {item.default})"
+        lines.append(f"{text}: {item.description}" if item.description else text)
     return lines
 
 
@@ -686,7 +791,7 @@ def _close_key(key: str, title: str) -> str:
     if title != RunConfig.__name__:
         return ""
     section, _, leaf = re.sub(r"\.\d+(?=\.)", "[]", key).rpartition(".")
-    siblings = [k.rpartition(".") for k in (line.split(" (", 1)[0] for line in describe_config())]
+    siblings = [item.key.rpartition(".") for item in config_keys()]
     near = difflib.get_close_matches(leaf, [name for head, _, name in siblings if head == section], n=1, cutoff=0.7)
     hint = f"did you mean {key[: len(key) - len(leaf)]}{near[0]}? " if near else ""
     return f" ({hint}rl train --help-config lists every key)"

@@ -23,11 +23,12 @@ from typing import Any
 from ray.exceptions import RayActorError
 from tqdm import tqdm
 
-from rl import checkpoint
+from rl import checkpoint, placement
 from rl.actors import link_ray_logs, start_fleet, start_ray
 from rl.admission import AdmissionControl
 from rl.advantages import compute_advantages
 from rl.balance import balanced_shards, round_robin_shards
+from rl.completions import completion_rows
 from rl.config import RunConfig
 from rl.console import step_postfix
 from rl.data.stream import PromptStream
@@ -35,9 +36,12 @@ from rl.evaluation import evaluate
 from rl.fleet import Fleet
 from rl.metrics import MetricsLogger, summarize_groups
 from rl.preflight import RunInputs, preflight
+from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
+from rl.rollout.engine import SamplingSpec
 from rl.rollout.scorer_worker import ScorerClient
-from rl.rollout.vllm_adapter import SamplingSpec
+from rl.rollout.tool_workflow import ToolSettings
+from rl.rollout.workflow import Episode, episode_group
 from rl.shaping.factory import make_policy, shaping_options
 from rl.shaping.idle_governor import IdleGovernor
 from rl.types import Group, PromptRow
@@ -125,6 +129,7 @@ class Driver:
         self.sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
         self.eval_sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.eval.temperature)  # 0 = greedy
         self.progress_every_tokens = cfg.shaping.progress_tokens
+        self.tools = ToolSettings.of(cfg.rollout)  # None: single-turn groups under the shaping policy
         self.group_ids = itertools.count()
         self.admission = AdmissionControl(cfg.train.batch_groups, cfg.train.max_staleness)
         self.counters = RunCounters(**saved.get("counters", {}))
@@ -155,7 +160,7 @@ class Driver:
                 ray.shutdown()
             raise ValueError("weight_sync.transport=nccl needs GPUs; this Ray cluster has none")
         self.rewards = RewardPool(
-            [(f.fn, f.weight) for f in cfg.reward.functions],
+            [(f.spec, f.weight) for f in cfg.reward.functions],
             cfg.reward.num_workers,
             cfg.reward.timeout_s,
             cfg.reward.on_failure,
@@ -172,6 +177,8 @@ class Driver:
         )
         try:
             await self.fleet.channel.start()
+            if self.start_actors is None:  # a fleet of real actors: say where each runs
+                await placement.log_where(self.fleet.trainers, self.fleet.rollout.started)
             t0 = time.monotonic()
             stats = await asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])
             log.info("rollout engines up in %.1f s", max(s["startup_s"] for s in stats))
@@ -259,16 +266,8 @@ class Driver:
         self.unfinished.add(position)
         self.counters.groups_started += 1
         try:
-            prompt_tokens = self.encoder.encode(row.prompt)
-            result = await worker.generate_group.remote(
-                f"g{next(self.group_ids)}-{row.prompt_id}",
-                prompt_tokens,
-                self.sampling,
-                self.policy.controller(plan),
-                self.progress_every_tokens,
-                ScorerClient(self.fleet.scorer, row.prompt) if self.fleet.scorer else None,
-            )
-            group = await self._score(row, prompt_tokens, result)
+            prompt_tokens, result, episodes = await self._sample(worker, row, plan)
+            group = await self._score(row, prompt_tokens, result, episodes)
             if group is not None:
                 group.position = position
                 self.policy.observe(row.prompt_id, [len(s.tokens) for s in group.samples])
@@ -312,22 +311,47 @@ class Driver:
         log.error("no rollout worker left; stopping")
         self.stopping.set()
 
-    async def _score(self, row: PromptRow, prompt_tokens: list[int], result: Any) -> Group | None:
+    async def _sample(self, worker: Any, row: PromptRow, plan: Any) -> tuple[list[int], Any, list[Episode]]:
+        """One group on ``worker``: its prompt ids, its ``GroupResult`` and, with tools, its episodes (one a sample)."""
+        group_id = f"g{next(self.group_ids)}-{row.prompt_id}"
+        if self.tools is not None:
+            t0 = time.monotonic()
+            episodes = await worker.generate_episodes.remote(group_id, row, self.sampling, self.tools, plan.n_launch)
+            return *episode_group(episodes, time.monotonic() - t0), episodes
+        prompt_tokens = self.encoder.encode(row.prompt)
+        result = await worker.generate_group.remote(
+            group_id,
+            prompt_tokens,
+            self.sampling,
+            self.policy.controller(plan),
+            self.progress_every_tokens,
+            ScorerClient(self.fleet.scorer, row.prompt) if self.fleet.scorer else None,
+        )
+        return prompt_tokens, result, []
+
+    async def _score(
+        self, row: PromptRow, prompt_tokens: list[int], result: Any, episodes: list[Episode]
+    ) -> Group | None:
+        """Rewards for the group's samples (TRL's arguments; with tools each completion is its episode's messages and
+        ``environments`` its environments); None if it is dropped, counted."""
         samples = result.samples
         if len(samples) < self.cfg.shaping.m_keep:
             self.counters.drop("short_group")
             return None
+        generated_with = min((min(s.versions) for s in samples if s.versions), default=self.version)
         scored = await self.rewards.score(
             [row.prompt] * len(samples),
-            [self.encoder.completion(row.prompt, s.text) for s in samples],
-            self.encoder.columns([row] * len(samples), samples),
+            [e.messages for e in episodes] or [self.encoder.completion(row.prompt, s.text) for s in samples],
+            self.encoder.columns([row] * len(samples), samples) | _environments(episodes),
+            self._reward_state(generated_with),
         )
         self.counters.scored_samples += len(samples)
         for kind, n in scored.failures.items():
             if n:
                 self.counters.reward_failures[kind] = self.counters.reward_failures.get(kind, 0) + n
         self._watch_reward_errors(scored.errors)
-        kept = [(s, r) for s, r in zip(samples, scored.rewards, strict=True) if r is not None]
+        keep = [i for i, r in enumerate(scored.rewards) if r is not None]
+        kept = [(samples[i], scored.rewards[i]) for i in keep]
         if len(kept) < 2:
             self.counters.drop("reward_dropped")
             return None
@@ -345,7 +369,14 @@ class Driver:
             prompt_tokens=prompt_tokens,
             samples=[s for s, _ in kept],
             stats=stats,
+            reward_log=scored.log_of(keep),
         )
+
+    def _reward_state(self, weights_version: int | None = None) -> RewardState:
+        """The rewards' ``trainer_state`` now: the trainer's step, for samples of ``weights_version`` (default the
+        trainer's)."""
+        train = self.cfg.train
+        return RewardState.at(self.version, train.max_steps, train.batch_groups, len(self.train_rows), weights_version)
 
     def _watch_reward_errors(self, errors: dict[str, str]) -> None:
         """Stop the run once a reward function's call has failed for a whole step's worth of groups in a row
@@ -428,6 +459,7 @@ class Driver:
                 )
             last, last_idle = now, idle
             self.logger.log(step, metrics)
+            self.logger.log_completions(step, completion_rows(step, groups, self.cfg.logging.completions_per_step))
             bar.set_postfix_str(step_postfix(metrics))
             bar.update(1)
             every = cfg.checkpoint_every
@@ -481,15 +513,15 @@ class Driver:
         path = str(self.resume)
         await asyncio.gather(*[t.load.remote(path) for t in self.fleet.trainers])
         saved = checkpoint.read_driver_state(self.resume)
-        digest = await self._on_every_rank("state_digest")
-        if digest != saved["trainer_digest"]:
+        digest = await self._on_every_rank("state_digest")  # every parameter and AdamW moment, as loaded
+        equal = digest == saved["trainer_digest"]  # the digest taken of the trainer when the checkpoint was written
+        resumed = {"trainer_digest_equal": float(equal), "replayed_groups": float(saved["in_flight"])}
+        self.logger.log(self.version, resumed, kind="resume")
+        if not equal:
             raise RunFailed(f"{path}: the trainer state loaded differs from the one saved; the checkpoint is damaged")
         self.admission.accepted = self.version * self.cfg.train.batch_groups  # every trained group, as if run on
         await self._publish(self.version, None)
         self.counters.replayed_groups += saved["in_flight"]
-        self.logger.log(
-            self.version, {"trainer_digest_equal": 1.0, "replayed_groups": float(saved["in_flight"])}, kind="resume"
-        )
         log.warning(
             "resumed at step %d from %s; %d groups in flight or buffered at that checkpoint are sampled again",
             self.version,
@@ -573,7 +605,13 @@ class Driver:
 
     async def _evaluate(self, tag: str) -> dict[str, float]:
         metrics = await evaluate(
-            self.test_rows, self.fleet.rollout.live, self.encoder, self.rewards, self.eval_sampling, tag
+            self.test_rows,
+            self.fleet.rollout.live,
+            self.encoder,
+            self.rewards,
+            self.eval_sampling,
+            tag,
+            state=self._reward_state(),
         )
         self.logger.log(self.version, metrics, kind="eval")
         tqdm.write(  # above the training bar, which a print would break
@@ -581,6 +619,11 @@ class Driver:
             f"({int(metrics['num_problems'])} problems)"
         )
         return metrics
+
+
+def _environments(episodes: list[Episode]) -> dict[str, list[Any]]:
+    """TRL's ``environments`` reward argument, for runs with ``rollout.environment``."""
+    return {"environments": [e.environment for e in episodes]} if any(e.environment for e in episodes) else {}
 
 
 def assign_advantages(estimator: str, groups: list[Group]) -> None:

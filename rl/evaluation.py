@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from rl.metrics import percentiles
 from rl.prompting import PromptEncoder
+from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
 from rl.shaping.plain import PlainController
@@ -64,8 +65,10 @@ async def sample_and_score(
     tag: str,
     samples: int = 1,
     progress: str | None = None,
+    state: RewardState | None = None,
 ) -> list[ProblemRecord]:
-    """Sample ``samples`` responses per row (one group per row, spread over ``workers``) and score them.
+    """Sample ``samples`` responses per row (one group per row, spread over ``workers``) and score them, with
+    ``state`` as the rewards' ``trainer_state`` (default: a run's start).
 
     A worker is a Ray rollout-worker handle or an in-process object with the same async ``generate_group``.
     ``progress``: the label of a progress bar over the problems (none when None).
@@ -93,6 +96,7 @@ async def sample_and_score(
         [r.prompt for r in flat_rows],
         [encoder.completion(r.prompt, s.text) for r, s in zip(flat_rows, flat, strict=True)],
         encoder.columns(flat_rows, flat),
+        state,
     )
     primary = next(iter(scored.per_function.values()))
     records, start = [], 0
@@ -140,9 +144,10 @@ async def evaluate(
     sampling: SamplingSpec,
     tag: str,
     samples: int = 1,
+    state: RewardState | None = None,
 ) -> dict[str, float]:
-    """Summary metrics (see ``summarize``) of ``samples`` responses per row."""
-    return summarize(await sample_and_score(rows, workers, encoder, rewards, sampling, tag, samples))
+    """Summary metrics (see ``summarize``) of ``samples`` responses per row (``state``: see ``sample_and_score``)."""
+    return summarize(await sample_and_score(rows, workers, encoder, rewards, sampling, tag, samples, state=state))
 
 
 def _generate(worker: Any):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rl.completions import CompletionsFile, table
 from rl.types import Group
 
 log = logging.getLogger("rl.metrics")
@@ -34,12 +35,13 @@ def percentiles(values: list[float], prefix: str) -> dict[str, float]:
 
 
 def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, float]:
-    """Reward, accuracy, lengths, waste and staleness over one training batch."""
+    """Reward, accuracy, lengths, waste and staleness over one training batch; each name reward functions gave
+    ``log_metric`` as ``reward/NAME``, the mean of its values over the batch's scoring calls."""
     samples = [s for g in groups for s in g.samples]
     rewards = [s.reward for s in samples]
     stale = [trainer_version - g.min_version for g in groups]
     generated = sum(g.stats.get("generated_tokens", 0) for g in groups)
-    kept = sum(len(s.tokens) for s in samples)
+    kept = sum(len(s.tokens) if s.loss_mask is None else sum(s.loss_mask) for s in samples)  # the model's
     out = {
         "samples": float(len(samples)),
         "groups_all_equal": float(sum(len({s.reward for s in g.samples}) == 1 for g in groups)),  # no signal
@@ -59,16 +61,24 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
     for key in ("scored_texts", "score_failures"):  # SART's scorer worker, when the run has one
         if any(key in g.stats for g in groups):
             out[key] = float(sum(g.stats.get(key, 0) for g in groups))
+    for key in sorted({k for g in groups for k in g.stats if k == "turns" or k.startswith("tool_")}):  # tool episodes
+        out[key] = float(sum(g.stats.get(key, 0) for g in groups))
     for k in range(int(max(stale)) + 1):
         out[f"staleness_hist_{k}"] = float(sum(s == k for s in stale))
     budgets = Counter(int(g.stats["launched"]) for g in groups if "launched" in g.stats)
     for n, count in sorted(budgets.items()):  # DARTS budget histogram: how many groups launched n samples
         out[f"budget_hist_{n}"] = float(count)
+    logged: dict[str, list[float]] = {}
+    for group in groups:
+        for name, values in group.reward_log.metrics.items():
+            logged.setdefault(name, []).extend(values)
+    out.update({f"reward/{name}": float(np.mean(values)) for name, values in sorted(logged.items())})
     return out
 
 
 class MetricsLogger:
-    """Writes one JSON line per record and mirrors scalars to TensorBoard.
+    """Writes one JSON line per record and mirrors scalars to TensorBoard; each step's sampled completions go to
+    ``completions.jsonl`` (``rl.completions``) and, with W&B, a table.
 
     A new run starts ``metrics.jsonl`` afresh. A run resumed at step ``resume_step`` keeps the records up to that
     step (not an earlier summary), drops the ones a killed run wrote after it, continues their clock
@@ -91,6 +101,7 @@ class MetricsLogger:
         for record in kept:
             self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        self._completions = CompletionsFile(run_dir, resume_step)
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -119,8 +130,15 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.log(step, metrics, kind)
 
+    def log_completions(self, step: int, rows: list[dict[str, Any]]) -> None:
+        """``rows`` (``rl.completions.completion_rows``) to completions.jsonl and the W&B table ``completions``."""
+        self._completions.write(rows)
+        if self._wandb is not None and rows:
+            self._wandb.log_table(step, "completions", *table(rows))
+
     def close(self) -> None:
         self._file.close()
+        self._completions.close()
         if self._tb is not None:
             self._tb.close()
         if self._wandb is not None:

@@ -19,8 +19,9 @@ from rl.config import RunConfig
 from rl.data.source import dataset_rows
 from rl.evaluation import ProblemRecord, sample_and_score, summarize
 from rl.models import BUILTIN_PREFIX
-from rl.preflight import BadInput, check_model_path
+from rl.preflight import BadInput, check_model_path, check_reward_model
 from rl.prompting import PromptEncoder
+from rl.rewards.hooks import RewardState
 from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec, SamplingSpec
@@ -66,7 +67,10 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> tuple[str, list]:
         raise BadInput(f"--dataset {data.source!r} (split {settings.split!r}): {text}") from None
     if not rows:
         raise BadInput(f"--dataset {data.source!r} split {settings.split!r} has no rows; check --split")
-    for reward in cfg.reward.functions:
+    for index, reward in enumerate(cfg.reward.functions):
+        if reward.model is not None:
+            check_reward_model(reward, index)
+            continue
         try:
             load_reward_fn(reward.fn)
         except ValueError as e:
@@ -150,7 +154,7 @@ async def eval_report(
     if own is not None:
         log.info("engine up in %.1f s", startup_s)
     rewards = RewardPool(
-        [(f.fn, f.weight) for f in cfg.reward.functions],
+        [(f.spec, f.weight) for f in cfg.reward.functions],
         cfg.reward.num_workers,
         cfg.reward.timeout_s,
         cfg.reward.on_failure,
@@ -158,7 +162,15 @@ async def eval_report(
     try:
         t1 = time.monotonic()
         records = await sample_and_score(
-            rows, workers, encoder, rewards, sampling, "cli", settings.samples, progress="eval"
+            rows,
+            workers,
+            encoder,
+            rewards,
+            sampling,
+            "cli",
+            settings.samples,
+            progress="eval",
+            state=RewardState.at(0, cfg.train.max_steps, cfg.train.batch_groups, len(rows)),  # as preflight's
         )
         seconds = time.monotonic() - t1
     finally:
@@ -170,7 +182,7 @@ async def eval_report(
         "model_dir": model_dir,
         "max_tokens": max_tokens,
         "temperature": temperature,
-        "rewards": [f"{f.fn}*{f.weight:g}" for f in cfg.reward.functions],
+        "rewards": [f"{f.spec}*{f.weight:g}" for f in cfg.reward.functions],
         "engine_startup_s": startup_s,
         "eval_seconds": seconds,
     }

@@ -22,6 +22,7 @@ from rl.data.holdout import hold_out, same_rows
 from rl.data.source import dataset_rows
 from rl.models import BUILTIN_PREFIX, resolve_model
 from rl.prompting import PromptEncoder
+from rl.rewards.hooks import CallLog, RewardState
 from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import TRL_HOOKS, call_reward, reward_values
 from rl.types import PromptRow, Sample
@@ -52,6 +53,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
     encoder = _encoder(model_dir, cfg.model.path)
     train, test = split_rows(cfg.data)
     _check_chat_template(encoder, cfg, train)
+    extra_columns = check_tools(cfg, encoder, train)
     train = fitting_rows(train, encoder, cfg.rollout, "training")
     test = fitting_rows(test, encoder, cfg.rollout, "held-out")
     if len(train) < cfg.train.batch_groups:
@@ -59,8 +61,15 @@ def preflight(cfg: RunConfig) -> RunInputs:
             f"data.source {cfg.data.source!r}: {len(train)} usable training rows, fewer than train.batch_groups "
             f"({cfg.train.batch_groups}); add rows or lower train.batch_groups"
         )
-    values = [check_reward(reward, train[0], encoder, cfg.reward.timeout_s) for reward in cfg.reward.functions]
-    if all(v is None for v in values):
+    for index, reward in enumerate(cfg.reward.functions):
+        if reward.model is not None:
+            check_reward_model(reward, index)
+    state = RewardState.at(0, cfg.train.max_steps, cfg.train.batch_groups, len(train))
+    functions = [reward for reward in cfg.reward.functions if reward.fn is not None]
+    values = [
+        check_reward(reward, train[0], encoder, cfg.reward.timeout_s, state, extra_columns) for reward in functions
+    ]
+    if len(values) == len(cfg.reward.functions) and all(v is None for v in values):
         print(
             f"warning: every reward function returned None for row {train[0].prompt_id} (its answer as the "
             f"completion), so the run would train on zero rewards; return a float for every sample (0.0 for a wrong "
@@ -227,6 +236,72 @@ def _check_chat_template(encoder: PromptEncoder, cfg: RunConfig, rows: list[Prom
         )
 
 
+def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -> dict[str, list[Any]]:
+    """``rollout.tools`` and ``rollout.environment``: each loads and is a documented tool, the run can take them
+    (plain shaping, chat prompts), the chat template renders their schemas and a tool's result. Sets
+    ``encoder.tools``, so prompt lengths count the schemas the model will see. Returns the reward arguments the
+    first row's episode adds (``environments``: an instance reset with the row), for the rewards' check."""
+    from rl.rollout.tool_format import ChatTemplateFormat
+    from rl.rollout.tool_workflow import ToolSettings, reset_arguments, snapshot
+    from rl.rollout.tools import environment_tools, load_environment, load_tool, tool_schema
+
+    settings = ToolSettings.of(cfg.rollout)
+    if settings is None:
+        return {}
+    if cfg.shaping.policy != "plain":
+        raise BadInput(
+            f"rollout.tools/environment run with shaping.policy=plain only so far, not {cfg.shaping.policy!r} "
+            f"(no per-episode DARTS/SART yet); set shaping.policy=plain"
+        )
+    if not all(isinstance(r.prompt, list) for r in rows):
+        raise BadInput(
+            "rollout.tools/environment need chat prompts (the tools reach the model through the chat "
+            "template); set data.chat=true"
+        )
+    tools = []
+    for index, spec in enumerate(settings.tools):
+        try:
+            tools.append(load_tool(spec, settings.base_dir))
+        except ValueError as e:
+            raise BadInput(f"rollout.tools.{index}: {e}") from None
+    environments = []
+    if settings.environment is not None:
+        try:
+            environments.append(load_environment(settings.environment, settings.base_dir)())
+        except ValueError as e:
+            raise BadInput(f"rollout.environment: {e}") from None
+        tools += environment_tools(environments[0])
+    names = [t.__name__ for t in tools]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise BadInput(f"rollout.tools/environment: two tools named {twice[0]!r}; the model calls tools by name")
+    schemas = [tool_schema(t) for t in tools]
+    shown = encoder.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "-"}], tools=schemas, add_generation_prompt=True, tokenize=False
+    )
+    try:
+        ChatTemplateFormat(encoder.tokenizer).results([(tools[0].__name__, "-")])
+        renders = schemas[0]["function"]["name"] in shown
+    except Exception:  # the template failed on a tool message
+        renders = False
+    if not renders:
+        raise BadInput(
+            f"model.path {cfg.model.path!r}: its chat template does not render tools and tool results; use a model "
+            f"whose template supports tool calling (Qwen2.5/Qwen3 instruct, Hermes)"
+        )
+    encoder.tools = schemas
+    if not environments:
+        return {}
+    row = rows[0]
+    try:
+        environments[0].reset(**reset_arguments(row))
+    except Exception as e:
+        raise BadInput(
+            f"rollout.environment: reset(**row) failed on row {row.prompt_id}: {type(e).__name__}: {e}"
+        ) from None
+    return {"environments": [snapshot(environments[0])]}
+
+
 def fitting_rows(rows: list[PromptRow], encoder: PromptEncoder, rollout: RolloutConfig, what: str) -> list[PromptRow]:
     """Rows whose prompt leaves ``rollout.max_tokens`` within ``rollout.max_model_len``; the rest counted and logged."""
     room = rollout.max_model_len - rollout.max_tokens
@@ -249,8 +324,43 @@ def fitting_rows(rows: list[PromptRow], encoder: PromptEncoder, rollout: Rollout
     return kept
 
 
-def check_reward(reward: RewardFn, row: PromptRow, encoder: PromptEncoder, timeout_s: float) -> float | None:
-    """Load ``reward`` and call it, in this process, on ``row`` with its answer as the completion; its value.
+def check_reward_model(reward: RewardFn, index: int) -> None:
+    """A reward model's directory (config.json with one label, readable weights) and tokenizer, checked without
+    loading the model; a hub name is taken as it is (no network here)."""
+    key = f"reward.functions.{index}"
+    path = check_model_path(reward.model, f"{key}.model")
+    if Path(path).is_dir():
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
+        if labels != 1:
+            raise BadInput(
+                f"{key}.model {reward.model!r}: a reward model has one label (num_labels=1), its config.json has "
+                f"{labels}; give a sequence-classification reward model"
+            )
+    source, field = (
+        (reward.processing_class, f"{key}.processing_class") if reward.processing_class else (path, f"{key}.model")
+    )
+    if Path(source).expanduser().exists():
+        from transformers import AutoTokenizer
+
+        try:
+            AutoTokenizer.from_pretrained(source)
+        except Exception as e:
+            raise BadInput(f"{field} {source!r}: cannot load its tokenizer ({_line(e)})") from None
+    elif source.startswith((".", "/", "~")) or not _HUB_NAME.fullmatch(source):
+        raise BadInput(f"{field} {source!r} does not exist; give a tokenizer directory or a hub name")
+
+
+def check_reward(
+    reward: RewardFn,
+    row: PromptRow,
+    encoder: PromptEncoder,
+    timeout_s: float,
+    state: RewardState,
+    extra_columns: dict[str, list[Any]] | None = None,
+) -> float | None:
+    """Load ``reward`` and call it, in this process, on ``row`` with its answer as the completion and ``state`` as
+    its ``trainer_state``; its value.
 
     A reward that exits (``sys.exit``, or ``os._exit`` from the calling thread) is reported as one that raises."""
     try:
@@ -258,10 +368,12 @@ def check_reward(reward: RewardFn, row: PromptRow, encoder: PromptEncoder, timeo
     except ValueError as e:
         raise BadInput(f"reward.functions: {e}") from None
     sample = Sample(index=0, tokens=encoder.encode(row.answer), logprobs=[], versions=[], finish_reason="stop")
-    columns = PromptEncoder.columns([row], [sample])
+    columns = PromptEncoder.columns([row], [sample]) | (extra_columns or {})  # with tools, ``environments``
     outcome: dict[str, Any] = {}
     call = threading.Thread(
-        target=_call_into, args=(outcome, fn, row, encoder.completion(row.prompt, row.answer), columns), daemon=True
+        target=_call_into,
+        args=(outcome, fn, row, encoder.completion(row.prompt, row.answer), columns, state),
+        daemon=True,
     )
     real_exit, pid = os._exit, os.getpid()
 
@@ -295,11 +407,13 @@ class _Exited(SystemExit):
     """``os._exit`` called by a reward during the preflight call."""
 
 
-def _call_into(outcome: dict[str, Any], fn: Any, row: PromptRow, completion: Any, columns: dict) -> None:
+def _call_into(
+    outcome: dict[str, Any], fn: Any, row: PromptRow, completion: Any, columns: dict, state: RewardState
+) -> None:
     """Thread body: ``outcome["values"]``, or one line in ``outcome["error"]`` (the call raised),
     ``outcome["exited"]`` (it exited) or ``outcome["bad_output"]`` (it returned something other than numbers)."""
     try:
-        out = call_reward(fn, [row.prompt], [completion], columns)
+        out = call_reward(fn, [row.prompt], [completion], columns, state, CallLog())
     except _Exited as e:
         outcome["exited"] = str(e.code)
         return

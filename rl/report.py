@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from rl.metrics import number, read_records
 
 LINESTYLES = ("-", "--", ":")
+LOGGED_PREFIX = "reward/"  # a step's mean of a reward function's log_metric values (rl.metrics.summarize_groups)
 
 
 @dataclass(frozen=True)
@@ -188,11 +189,21 @@ def plot(spec: PlotSpec, run: RunMetrics, out: Path) -> None:
     fig.savefig(out, dpi=100)
 
 
+def logged_reward_keys(run: RunMetrics) -> list[str]:
+    """The ``reward/NAME`` keys of the train records: what reward functions gave ``log_metric``."""
+    return sorted({key for r in run.train for key in r if key.startswith(LOGGED_PREFIX)})
+
+
+def logged_reward_plot(run: RunMetrics) -> PlotSpec:
+    """A plot of every ``log_metric`` name of the run (none: a plot without keys, skipped)."""
+    return PlotSpec("reward_logged", "Reward functions' log_metric values", (Panel(tuple(logged_reward_keys(run))),))
+
+
 def write_plots(run: RunMetrics, plots_dir: Path) -> list[tuple[PlotSpec, Path]]:
     """One PNG per plot spec with any data; specs whose keys are all absent are skipped."""
     plots_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for spec in PLOTS:
+    for spec in (*PLOTS, logged_reward_plot(run)):
         if not any(series(run.train, key)[0] for key in spec.keys):
             continue
         out = plots_dir / f"{spec.name}.png"
@@ -230,14 +241,12 @@ def summary_rows(run: RunMetrics) -> list[tuple[str, str]]:
     wall = f"{fmt(max(times) if times else None, '.1f')} s since logger start"
     if train_seconds is not None:
         wall += f" ({train_seconds:.1f} s training)"
-    final_steps, final_rewards = series(run.train, "reward_mean")
-    final = f"{final_rewards[-1]:.3f} (step {final_steps[-1]:g})" if final_rewards else "n/a"
     _, stale_max = series(run.train, "staleness_max")
     return [
         ("train steps", f"{len(run.train)} (last step {max(steps):g})" if steps else str(len(run.train))),
         ("wall time", wall),
         ("held-out accuracy", heldout_accuracy(run)),
-        ("final train reward", final),
+        ("final train reward", last_value(run.train, "reward_mean")),
         ("mean step seconds", fmt(mean(run.train, "step_seconds"))),
         ("mean weight-sync seconds", fmt(mean(run.train, "weight_sync_s"))),
         (
@@ -246,7 +255,14 @@ def summary_rows(run: RunMetrics) -> list[tuple[str, str]]:
         ),
         ("rollout tokens/s (mean)", fmt(mean(run.train, "rollout_tokens_per_s"), ".0f")),
         ("trainer tokens/s (mean)", fmt(mean(run.train, "trainer_tokens_per_s"), ".0f")),
+        *[(f"{key} (last)", last_value(run.train, key)) for key in logged_reward_keys(run)],
     ]
+
+
+def last_value(records: list[dict], key: str) -> str:
+    """``key``'s value in the last record that has it, with its step."""
+    steps, values = series(records, key)
+    return f"{values[-1]:.3f} (step {steps[-1]:g})" if values else "n/a"
 
 
 def render_markdown(run_dir: Path, run: RunMetrics, plots: list[tuple[PlotSpec, Path]]) -> str:

@@ -33,10 +33,21 @@ class Sample:
     finish_reason: str  # "stop" | "length" | "abort"
     text: str = ""
     reward: float = 0.0
+    loss_mask: list[int] | None = None  # per token: 1 the model wrote it, 0 a tool's result; None: all the model's
 
     @property
     def truncated(self) -> bool:
         return self.finish_reason == "length"
+
+
+@dataclass
+class RewardLog:
+    """What scoring a group recorded besides its rewards: each reward function's values and each ``log_extra``
+    column (one value per kept sample, in sample order), and the ``log_metric`` values by name."""
+
+    functions: dict[str, list[float | None]] = field(default_factory=dict)
+    extra: dict[str, list[Any]] = field(default_factory=dict)
+    metrics: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -49,6 +60,7 @@ class Group:
     advantages: list[float] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)
     position: int = -1  # the prompt's position in the training stream (``PromptStream``); -1 outside training
+    reward_log: RewardLog = field(default_factory=RewardLog)
 
     @property
     def min_version(self) -> int:

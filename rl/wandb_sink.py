@@ -41,6 +41,12 @@ class WandbSink:
         scalars = {f"{kind}/{k}": v for k, v in metrics.items() if isinstance(v, (int, float))}
         self.run.log(scalars, step=step)
 
+    def log_table(self, step: int, name: str, columns: list[str], data: list[list[Any]]) -> None:
+        """A table of ``data`` rows under ``name`` at ``step`` (a new one each step; W&B keeps every step's)."""
+        import wandb
+
+        self.run.log({name: wandb.Table(columns=columns, data=data)}, step=step)
+
     def close(self) -> None:
         self.run.finish()
         if self.offline:

@@ -54,6 +54,20 @@ def tiny_model_dir() -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_reward_model(tiny_model_dir, tmp_path_factory) -> str:
+    """A one-label sequence-classification model on the tiny model's body and tokenizer (a seeded random head: its
+    scores mean nothing, but they differ between texts); no reward model is reachable offline."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("tiny-reward-model")
+    torch.manual_seed(0)
+    AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1).save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="session")
 def encode(tiny_model_dir):
     """Text -> token ids with the tiny model's tokenizer."""
     from transformers import AutoTokenizer

@@ -1,4 +1,5 @@
-"""TRL's own reward functions run unmodified through a real run; a reward failing a whole step stops the run."""
+"""TRL's own reward functions run unmodified through a real run; a reward failing a whole step stops the run;
+trainer_state, log_metric / log_extra and a reward model work as in TRL."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from small_runs import SMALL
+from small_runs import SMALL, on_the_warm_engine, small_run
 
 from rl import cli
+from rl.driver import run_training
+from rl.report import write_report
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +79,50 @@ def test_reward_failing_a_whole_step_stops_the_run(ray_session, tiny_model_dir, 
     stopped = [line for line in err.splitlines() if line.startswith("run stopped:")]
     assert len(stopped) == 1 and "failed on all of the last 4 groups" in stopped[0]
     assert "RuntimeError: judge unreachable" in stopped[0]
+
+
+SCHEDULE = '''
+def length_schedule(completions, trainer_state, log_metric, log_extra, **kwargs):
+    """A TRL-style curriculum: the wanted length grows with the trainer's step."""
+    target = 4 + 8 * trainer_state.global_step
+    log_metric("global_step", trainer_state.global_step)
+    log_metric("progress", trainer_state.global_step / trainer_state.max_steps)
+    log_extra("target", [target] * len(completions))
+    return [-abs(len(c) - target) / 10 for c in completions]
+'''
+
+
+def test_trainer_state_logs_and_a_reward_model_through_a_real_run(
+    ray_session, rollout_worker, tiny_reward_model, tmp_path
+):
+    """A schedule on trainer_state.global_step, its log_metric / log_extra values and a reward model by path, in
+    one synchronous run (groups of step s are scored at trainer step s - 1): metrics.jsonl, completions.jsonl and
+    rl report show them."""
+    (tmp_path / "schedule.py").write_text(SCHEDULE)
+    rewards = f"[{{fn: {tmp_path / 'schedule.py'}:length_schedule}}, {{model: {tiny_reward_model}, weight: 0.5}}]"
+    cfg = small_run(
+        tmp_path,
+        "run",
+        "train.max_steps=3",
+        "train.max_staleness=0",
+        f"reward.functions={rewards}",
+        "logging.completions_per_step=6",
+    )
+    summary = run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
+    assert summary["steps"] == 3 and summary["reward_failures"] == {}
+
+    run_dir = tmp_path / "run"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [(r["reward/global_step"], r["reward/progress"]) for r in train] == [(0, 0), (1, 1 / 3), (2, 2 / 3)]
+    rows = [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1] * 6 + [2] * 6 + [3] * 6  # a group of 4 and half the next, each step
+    schedule, model = f"{tmp_path / 'schedule.py'}:length_schedule", f"model:{tiny_reward_model}"
+    for r in rows:
+        target = 4 + 8 * (r["step"] - 1)  # the schedule moved with the step
+        assert r["extra"] == {"target": target}
+        assert r["rewards"][schedule] == pytest.approx(-abs(len(r["completion"]) - target) / 10)
+        assert r["reward"] == pytest.approx(r["rewards"][schedule] + 0.5 * r["rewards"][model])
+    assert len({r["rewards"][model] for r in rows}) > 1  # the reward model scored each completion
+    report = write_report(run_dir).read_text()
+    assert "| reward/global_step (last) | 2.000 (step 3) |" in report and "plots/reward_logged.png" in report

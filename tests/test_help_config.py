@@ -54,4 +54,5 @@ def test_examples(capsys):
     assert "Karmarkar-Karp" in listed["train.dp_balance"]
     assert listed["train.lora.rank"].startswith("train.lora.rank (int, default 16): ")
     assert listed["logging.wandb.project"].startswith("logging.wandb.project (str, required): ")
-    assert listed["reward.functions.fn"].startswith("reward.functions[].fn (str, required): ")
+    assert listed["reward.functions.fn"].startswith("reward.functions[].fn (str | None, default None): ")
+    assert listed["reward.functions.model"].startswith("reward.functions[].model (str | None, default None): ")

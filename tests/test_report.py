@@ -140,6 +140,16 @@ def test_plots_with_absent_keys_are_skipped(tmp_path: Path) -> None:
     assert rows["mean weight-sync seconds"] == "n/a"
 
 
+def test_reward_log_metric_values_get_a_plot_and_rows(tmp_path: Path) -> None:
+    logged = [{"reward/length_target": 10.0 + s, "reward/seen": 2.0 * s} if s != 2 else {} for s in (1, 2, 3)]
+    write_lines(tmp_path, [train_record(s) | extra for s, extra in zip((1, 2, 3), logged, strict=True)])
+    text = write_report(tmp_path).read_text()
+    assert "(plots/reward_logged.png)" in text and png_size(tmp_path / "plots" / "reward_logged.png")[0] >= 400
+    rows = table(text)
+    assert rows["reward/length_target (last)"] == "13.000 (step 3)"
+    assert rows["reward/seen (last)"] == "6.000 (step 3)"
+
+
 def test_missing_metrics_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "metrics.jsonl"))):
         write_report(tmp_path)

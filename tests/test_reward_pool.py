@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rl.rewards.hooks import RewardState
 from rl.rewards.pool import FAILURE_KINDS, RewardPool, RewardResult
 
 # Each misbehaving function misbehaves only for samples whose column ``mode`` asks for it, so one pool
@@ -298,21 +299,40 @@ import numpy as np
 
 def trl_hooks(prompts, completions, completion_ids, trainer_state, log_extra, log_metric, **kwargs):
     log_metric("seen", len(completions))
+    log_metric("seen", 10 * trainer_state.global_step)
     log_extra("ids", completion_ids)
-    assert trainer_state is None
-    return np.array([len(ids) for ids in completion_ids], dtype=np.float32)
+    log_extra("too_short", [1])
+    step, done = trainer_state.global_step, trainer_state.global_step / trainer_state.max_steps
+    return np.array([len(ids) + step + done + trainer_state.weights_version for ids in completion_ids])
 
-def strings(completions, **kwargs):
+def strings(completions, log_metric, **kwargs):
+    log_metric("seen", 100.0)  # logged before it fails: kept
     return ["1.0"] * len(completions)
 """
 
 
 def test_trl_keyword_arguments_numbers_and_strings(tmp_path: Path) -> None:
-    """TRL's hooks and completion_ids reach a reward; numpy numbers count, strings are a failure with its error."""
+    """TRL's hooks, trainer_state and completion_ids reach a reward in its worker process and what it logs comes
+    back; numpy numbers count, strings are a failure with its error."""
     (tmp_path / "trl_kwargs.py").write_text(TRL_KWARGS)
     specs = [("trl_kwargs.py:trl_hooks", 1.0), ("trl_kwargs.py:strings", 1.0)]
+    state = RewardState.at(3, max_steps=4, batch_groups=2, num_rows=8, weights_version=2)
     with RewardPool(specs, num_workers=1, base_dir=tmp_path) as p:
-        result = p.score_sync(["q", "q"], ["ab", "c"], {"completion_ids": [[1, 2], [3]]})
-    assert result.per_function["trl_kwargs.py:trl_hooks"] == [2.0, 1.0]
+        result = p.score_sync(["q", "q"], ["ab", "c"], {"completion_ids": [[1, 2], [3]]}, state)
+    assert result.per_function["trl_kwargs.py:trl_hooks"] == [2 + 3 + 0.75 + 2, 1 + 3 + 0.75 + 2]
+    assert result.metrics == {"seen": [2.0, 30.0, 100.0]}
+    assert result.extra == {"ids": [[1, 2], [3]]}  # too_short (1 value for 2 completions) is left out
     assert result.failures["raised"] == 1 and list(result.errors) == ["trl_kwargs.py:strings"]
     assert "must return numbers or None, got str '1.0'" in result.errors["trl_kwargs.py:strings"]
+
+
+def test_a_logged_value_that_cannot_be_sent_back_fails_the_call_not_the_worker(tmp_path: Path) -> None:
+    (tmp_path / "unpicklable.py").write_text(
+        "def r(completions, log_extra, **kwargs):\n"
+        "    log_extra('fn', [lambda: 0 for _ in completions])\n"
+        "    return [1.0] * len(completions)\n"
+    )
+    with RewardPool([("unpicklable.py:r", 1.0)], num_workers=1, base_dir=tmp_path) as p:
+        result = p.score_sync(["q"], ["a"])
+    assert result.failures["raised"] == 1
+    assert "pickle" in result.errors["unpicklable.py:r"].lower()  # its own error, not "reward worker process died"

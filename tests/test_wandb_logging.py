@@ -1,5 +1,6 @@
 """``logging.wandb``: an offline W&B run, with no network, holds the step metrics and the run config."""
 
+import json
 import subprocess
 import sys
 
@@ -54,3 +55,30 @@ def test_a_resumed_run_continues_its_wandb_run_and_a_new_one_starts_another(tmp_
         logger.close()
         ids.append((tmp_path / "wandb_run_id").read_text().strip())
     assert ids[0] == ids[1] != ids[2]
+
+
+def test_each_steps_completions_are_a_wandb_table(tmp_path):
+    cfg = load_config(None, ["logging.wandb.project=tailor-test", "logging.wandb.mode=offline"]).logging.wandb
+    logger = MetricsLogger(tmp_path, tensorboard=False, wandb=cfg)
+    row = {"step": 1, "prompt_id": "p", "prompt": "3+4=", "completion": "7", "reward": 1.0, "advantage": 0.5}
+    logger.log(1, {"reward_mean": 0.5})
+    logger.log_completions(1, [row | {"rewards": {"arith_exact": 1.0}, "extra": {"note": [1, 2]}}])
+    logger.close()
+    tables = [h for h in history(wandb_records(tmp_path)) if "completions/_type" in h]
+    assert [(h["_step"], h["completions/_type"], h["completions/nrows"]) for h in tables] == [
+        ("1", '"table-file"', "1")
+    ]
+    (table_file,) = (tmp_path / "wandb").glob("offline-run-*/files/media/table/completions_1_*.table.json")
+    table = json.loads(table_file.read_text())
+    assert table["columns"] == [
+        "step",
+        "prompt_id",
+        "prompt",
+        "completion",
+        "reward",
+        "advantage",
+        "arith_exact",
+        "note",
+    ]
+    assert table["data"] == [[1, "p", "3+4=", "7", 1.0, 0.5, 1.0, "[1, 2]"]]
+    assert (tmp_path / "completions.jsonl").read_text().count("\n") == 1

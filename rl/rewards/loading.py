@@ -1,4 +1,5 @@
-"""Resolve a reward spec (``file.py:function``, ``package.module:function``, built-in name) to a callable."""
+"""Resolve a reward spec (``file.py:function``, ``package.module:function``, built-in name, or a reward model's
+``RewardModelSpec``) to a callable."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rl.processes import Terminated
+from rl.rewards.model import RewardModel, RewardModelSpec
 
 # Built-in short names -> "module:function" inside this package.
 BUILTINS: dict[str, str] = {
@@ -20,15 +22,24 @@ BUILTINS: dict[str, str] = {
 }
 _OVERLONG = re.compile(r"overlong\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
+RewardSpec = str | RewardModelSpec  # what a reward pool is given, one per weighted reward
 
-def load_reward_fn(spec: str, base_dir: str | Path | None = None) -> Callable:
+
+def load_reward_fn(spec: RewardSpec, base_dir: str | Path | None = None) -> Callable:
     """Return the reward function named by ``spec``.
 
-    ``spec`` is a built-in short name (see ``BUILTINS``), ``overlong(MAX_LEN,BUFFER_LEN)`` (DAPO's soft
-    overlong penalty), ``path/to/file.py:function`` (a relative path is resolved against ``base_dir``,
-    default the current directory) or ``package.module:function``.
+    ``spec`` is a ``RewardModelSpec`` (the model is loaded here), a built-in short name (see ``BUILTINS``),
+    ``overlong(MAX_LEN,BUFFER_LEN)`` (DAPO's soft overlong penalty), ``path/to/file.py:function`` (a relative path
+    is resolved against ``base_dir``, default the current directory) or ``package.module:function``.
     Raises ``ValueError`` naming the spec and what is wrong.
     """
+    if isinstance(spec, RewardModelSpec):
+        try:
+            return RewardModel(spec)
+        except Terminated:
+            raise
+        except Exception as e:
+            raise ValueError(f"reward {spec}: cannot load it ({type(e).__name__}: {e})") from e
     spec = spec.strip()
     overlong = _OVERLONG.fullmatch(spec)
     if overlong:

@@ -1,9 +1,10 @@
 """Weighted reward functions run in worker processes, with a per-call timeout and counted failures.
 
 Each reward function gets the whole batch in one call, TRL style:
-``fn(prompts=..., completions=..., **columns) -> list[float | None]``, sync or ``async``. Calls go to a
-pool of spawned worker processes that load the functions from their spec strings themselves. A call
-that outlives ``timeout_s`` gets its worker killed and replaced, so scoring never stalls.
+``fn(prompts=..., completions=..., trainer_state=..., log_metric=..., log_extra=..., **columns) ->
+list[float | None]``, sync or ``async``. Calls go to a pool of spawned worker processes that load the functions
+(and reward models) from their specs themselves; what a call logs comes back with its values. A call that
+outlives ``timeout_s`` gets its worker killed and replaced, so scoring never stalls.
 
 Failures are per (function, sample) value. A failed value contributes nothing to the weighted sum; with
 ``on_failure="zero"`` the sample keeps the sum of its valid values (0.0 if none is left), with
@@ -20,6 +21,7 @@ import logging
 import math
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import threading
 import traceback
@@ -32,7 +34,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rl.processes import Terminated
-from rl.rewards.loading import load_reward_fn
+from rl.rewards.hooks import CallLog, RewardState
+from rl.rewards.loading import RewardSpec, load_reward_fn
+from rl.types import RewardLog
 
 logger = logging.getLogger("rl.rewards")
 
@@ -40,8 +44,8 @@ STARTUP_TIMEOUT_S = 120.0  # time a fresh worker gets to import and load the rew
 FAILURE_KINDS = ("raised", "timeout", "wrong_length", "nan", "none")
 TRL_HOOKS = ("trainer_state", "log_extra", "log_metric")  # keyword arguments every call gets besides the columns
 
-# (kind, payload): ("ok", values) or (failure kind, message)
-Outcome = tuple[str, Any]
+# (kind, payload, what the call logged): ("ok", values, log) or (failure kind, message, log)
+Outcome = tuple[str, Any, CallLog]
 
 
 @dataclass
@@ -54,26 +58,40 @@ class RewardResult:
     ``none`` counts samples that no function scored.
     ``per_function`` maps each spec to its valid values (``None`` where it gave none or failed).
     ``errors`` maps each spec whose call failed (raised, timed out, wrong length) to the error's last line.
+    ``metrics`` holds every ``log_metric`` value by name; ``extra`` the ``log_extra`` columns, each one value per
+    sample (a column of another length is left out, with a warning).
     """
 
     rewards: list[float | None]
     failures: dict[str, int] = field(default_factory=dict)
     per_function: dict[str, list[float | None]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+    extra: dict[str, list] = field(default_factory=dict)
+
+    def log_of(self, keep: list[int]) -> RewardLog:
+        """The per-sample values (each function's, each ``extra`` column) of the samples ``keep``, and the metrics."""
+        return RewardLog(
+            functions={name: [values[i] for i in keep] for name, values in self.per_function.items()},
+            extra={column: [values[i] for i in keep] for column, values in self.extra.items()},
+            metrics=self.metrics,
+        )
 
 
-def call_reward(fn: Callable, prompts: list, completions: list, columns: dict[str, list]) -> list:
+def call_reward(
+    fn: Callable, prompts: list, completions: list, columns: dict[str, list], state: RewardState, log: CallLog
+) -> list:
     """Call one reward function as TRL's ``GRPOTrainer`` does (keywords; an async one runs to completion).
 
-    Besides the per-sample columns it passes TRL's ``trainer_state`` (None: there is no HF trainer) and the
-    ``log_extra`` / ``log_metric`` hooks (logged at debug level). Returns what the function returned.
+    Besides the per-sample columns it passes ``state`` as TRL's ``trainer_state`` and ``log``'s ``log_extra`` /
+    ``log_metric`` hooks. Returns what the function returned.
     """
     out = fn(
         prompts=prompts,
         completions=completions,
-        trainer_state=None,
-        log_extra=_log_extra,
-        log_metric=_log_metric,
+        trainer_state=state,
+        log_extra=log.log_extra,
+        log_metric=log.log_metric,
         **columns,
     )
     return asyncio.run(_await(out)) if inspect.isawaitable(out) else out
@@ -91,30 +109,26 @@ def reward_values(out: Any) -> list[float | None]:
     return [None if v is None else float(v) for v in values]
 
 
-def _log_extra(column: str, values: list) -> None:
-    logger.debug("reward log_extra %s: %s", column, values)
-
-
-def _log_metric(name: str, value: float) -> None:
-    logger.debug("reward log_metric %s: %s", name, value)
-
-
-def _call_safely(fn: Callable, prompts: list, completions: list, columns: dict[str, list]) -> Outcome:
-    """``call_reward`` with its values checked; an exception, or an exit (``sys.exit``), becomes a ``raised``
-    outcome with the traceback (an ``os._exit`` ends the worker: a ``died`` call, also counted as ``raised``)."""
+def _call_safely(
+    fn: Callable, prompts: list, completions: list, columns: dict[str, list], state: RewardState
+) -> Outcome:
+    """``call_reward`` with its values checked and what it logged; an exception, or an exit (``sys.exit``), becomes
+    a ``raised`` outcome with the traceback (an ``os._exit`` ends the worker: a ``died`` call, also counted as
+    ``raised``)."""
+    log = CallLog()
     try:
-        return "ok", reward_values(call_reward(fn, prompts, completions, columns))
+        return "ok", reward_values(call_reward(fn, prompts, completions, columns, state, log)), log
     except Terminated:
         raise
     except (Exception, SystemExit):
-        return "raised", traceback.format_exc()
+        return "raised", traceback.format_exc(), log
 
 
 async def _await(awaitable: Awaitable) -> Any:
     return await awaitable
 
 
-def _worker_main(conn: Connection, specs: list[str], base_dir: str) -> None:
+def _worker_main(conn: Connection, specs: list[RewardSpec], base_dir: str) -> None:
     """Worker process: load the functions, answer ``("ready", None)``, then serve calls until ``None``/EOF."""
     parent = mp.parent_process()
     if parent is not None:  # exit if the parent dies, even while a reward function hangs
@@ -122,9 +136,9 @@ def _worker_main(conn: Connection, specs: list[str], base_dir: str) -> None:
     try:
         fns = [load_reward_fn(spec, base_dir) for spec in specs]
     except Exception as e:
-        conn.send(("error", str(e)))
+        conn.send(("error", str(e), CallLog()))
         return
-    conn.send(("ready", None))
+    conn.send(("ready", None, CallLog()))
     while True:
         try:
             msg = conn.recv()
@@ -132,8 +146,12 @@ def _worker_main(conn: Connection, specs: list[str], base_dir: str) -> None:
             return
         if msg is None:
             return
-        index, prompts, completions, columns = msg
-        conn.send(_call_safely(fns[index], prompts, completions, columns))
+        index, prompts, completions, columns, state = msg
+        outcome = _call_safely(fns[index], prompts, completions, columns, state)
+        try:
+            conn.send(outcome)
+        except (pickle.PicklingError, TypeError, AttributeError):  # a logged value that cannot be sent back
+            conn.send(("raised", traceback.format_exc(), CallLog()))
 
 
 def _exit_with(parent: Any) -> None:
@@ -144,7 +162,7 @@ def _exit_with(parent: Any) -> None:
 class _Worker:
     """One spawned worker process and the parent's end of its pipe."""
 
-    def __init__(self, ctx: Any, specs: list[str], base_dir: str):
+    def __init__(self, ctx: Any, specs: list[RewardSpec], base_dir: str):
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_worker_main, args=(child, specs, base_dir), name="reward-worker")
         self.process.start()
@@ -152,27 +170,29 @@ class _Worker:
         self.ready = False
 
     def wait_ready(self) -> Outcome:
-        """Wait for the worker to finish loading; ``("ok", None)`` or a failure."""
+        """Wait for the worker to finish loading; ``("ok", None, _)`` or a failure."""
         if self.ready:
-            return "ok", None
+            return "ok", None, CallLog()
         if not self.conn.poll(STARTUP_TIMEOUT_S):
-            return "timeout", f"worker did not load the reward functions in {STARTUP_TIMEOUT_S:.0f} s"
-        kind, payload = self._recv()
+            return "timeout", f"worker did not load the reward functions in {STARTUP_TIMEOUT_S:.0f} s", CallLog()
+        kind, payload, _ = self._recv()
         if kind != "ready":
-            return "raised", payload
+            return "raised", payload, CallLog()
         self.ready = True
-        return "ok", None
+        return "ok", None, CallLog()
 
-    def call(self, index: int, prompts: list, completions: list, columns: dict, timeout_s: float) -> Outcome:
-        kind, payload = self.wait_ready()
+    def call(
+        self, index: int, prompts: list, completions: list, columns: dict, state: RewardState, timeout_s: float
+    ) -> Outcome:
+        kind, payload, log = self.wait_ready()
         if kind != "ok":
-            return kind, payload
+            return kind, payload, log
         try:
-            self.conn.send((index, prompts, completions, columns))
+            self.conn.send((index, prompts, completions, columns, state))
         except (BrokenPipeError, OSError):
             return self._died()
         if not self.conn.poll(timeout_s):
-            return "timeout", f"no result after {timeout_s:g} s; worker killed and replaced"
+            return "timeout", f"no result after {timeout_s:g} s; worker killed and replaced", CallLog()
         return self._recv()
 
     def _recv(self) -> Outcome:
@@ -183,7 +203,7 @@ class _Worker:
 
     def _died(self) -> Outcome:
         self.process.join(1.0)
-        return "died", f"reward worker process died (exit code {self.process.exitcode})"
+        return "died", f"reward worker process died (exit code {self.process.exitcode})", CallLog()
 
     @property
     def healthy(self) -> bool:
@@ -209,8 +229,9 @@ class _Worker:
 class RewardPool:
     """Weighted reward functions scored in ``num_workers`` spawned processes with a per-call timeout.
 
-    ``specs`` is ``[(spec, weight), ...]`` with specs as accepted by ``load_reward_fn``. The constructor waits
-    for the workers to load the functions and raises ``ValueError`` if a spec cannot be loaded. Workers are
+    ``specs`` is ``[(spec, weight), ...]`` with specs as accepted by ``load_reward_fn`` (a reward model's spec
+    loads the model in every worker). The constructor waits for the workers to load the functions and raises
+    ``ValueError`` if a spec cannot be loaded. Workers are
     spawned, so a script that builds a pool needs the ``if __name__ == "__main__":`` guard. Each worker is
     driven by one daemon thread; a call's timeout runs from when its worker receives it.
     ``num_workers=0`` runs the functions in-process (for debugging): timeouts are then NOT enforced and a
@@ -219,7 +240,7 @@ class RewardPool:
 
     def __init__(
         self,
-        specs: list[tuple[str, float]],
+        specs: list[tuple[RewardSpec, float]],
         num_workers: int = 1,
         timeout_s: float = 10.0,
         on_failure: Literal["zero", "drop"] = "zero",
@@ -231,13 +252,14 @@ class RewardPool:
             raise ValueError(f"on_failure must be 'zero' or 'drop', got {on_failure!r}")
         if num_workers < 0 or timeout_s <= 0:
             raise ValueError(f"need num_workers >= 0 and timeout_s > 0, got {num_workers}, {timeout_s}")
-        self.specs = [(str(spec), float(weight)) for spec, weight in specs]
+        self.specs = [(spec if not isinstance(spec, str) else spec.strip(), float(weight)) for spec, weight in specs]
         self.num_workers = num_workers
         self.timeout_s = timeout_s
         self.on_failure = on_failure
         self.base_dir = str(Path(base_dir if base_dir is not None else Path.cwd()).resolve())
-        self._names = _unique_names([spec for spec, _ in self.specs])
+        self._names = _unique_names([str(spec) for spec, _ in self.specs])
         self._explained: set[tuple[str, str]] = set()  # (function, failure kind) pairs whose traceback was logged
+        self._bad_columns: set[str] = set()  # log_extra columns of a wrong length, warned about once
         self._closed = False
         self._lock = threading.Lock()
         self._busy: set[int] = set()  # slots whose worker is running a call
@@ -257,7 +279,7 @@ class RewardPool:
             thread.start()
         atexit.register(self.close)
         for worker in self._slots:
-            kind, payload = worker.wait_ready()
+            kind, payload, _ = worker.wait_ready()
             if kind != "ok":
                 self.close()
                 raise ValueError(f"reward workers failed to start: {payload}")
@@ -291,25 +313,38 @@ class RewardPool:
         for thread in self._threads:
             thread.join(10.0)
 
-    def score_sync(self, prompts: list, completions: list, columns: dict[str, list] | None = None) -> RewardResult:
-        """Score a batch, blocking the calling thread."""
-        columns = self._check(prompts, completions, columns)
+    def score_sync(
+        self,
+        prompts: list,
+        completions: list,
+        columns: dict[str, list] | None = None,
+        state: RewardState | None = None,
+    ) -> RewardResult:
+        """Score a batch, blocking the calling thread; ``state`` is the functions' ``trainer_state`` (default: a
+        run's start)."""
+        columns, state = self._check(prompts, completions, columns), state or RewardState()
         if not completions:
-            return self._combine([("ok", [])] * len(self.specs), 0)
+            return self._combine([("ok", [], CallLog())] * len(self.specs), 0)
         if not self._threads:
-            outcomes = [_call_safely(fn, prompts, completions, columns) for fn in self._fns]
+            outcomes = [_call_safely(fn, prompts, completions, columns, state) for fn in self._fns]
         else:
-            outcomes = [f.result() for f in self._submit(prompts, completions, columns)]
+            outcomes = [f.result() for f in self._submit(prompts, completions, columns, state)]
         return self._combine(outcomes, len(completions))
 
-    async def score(self, prompts: list, completions: list, columns: dict[str, list] | None = None) -> RewardResult:
+    async def score(
+        self,
+        prompts: list,
+        completions: list,
+        columns: dict[str, list] | None = None,
+        state: RewardState | None = None,
+    ) -> RewardResult:
         """Score a batch without blocking the event loop (the waiting happens in pool threads)."""
         if not self._threads:
-            return await asyncio.to_thread(self.score_sync, prompts, completions, columns)
-        columns = self._check(prompts, completions, columns)
+            return await asyncio.to_thread(self.score_sync, prompts, completions, columns, state)
+        columns, state = self._check(prompts, completions, columns), state or RewardState()
         if not completions:
-            return self._combine([("ok", [])] * len(self.specs), 0)
-        futures = self._submit(prompts, completions, columns)
+            return self._combine([("ok", [], CallLog())] * len(self.specs), 0)
+        futures = self._submit(prompts, completions, columns, state)
         outcomes = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return self._combine(list(outcomes), len(completions))
 
@@ -325,11 +360,11 @@ class RewardPool:
             raise ValueError(f"columns may not be named 'prompts', 'completions' or {', '.join(TRL_HOOKS)}")
         return columns
 
-    def _submit(self, prompts: list, completions: list, columns: dict[str, list]) -> list[Future]:
+    def _submit(self, prompts: list, completions: list, columns: dict[str, list], state: RewardState) -> list[Future]:
         futures = []
         for index in range(len(self.specs)):
             future: Future = Future()
-            self._tasks.put((future, index, (prompts, completions, columns)))
+            self._tasks.put((future, index, (prompts, completions, columns, state)))
             futures.append(future)
         return futures
 
@@ -340,7 +375,7 @@ class RewardPool:
             if task is None:
                 self._slots[slot].stop()
                 return
-            future, index, (prompts, completions, columns) = task
+            future, index, (prompts, completions, columns, state) = task
             if not future.set_running_or_notify_cancel():  # its caller stopped waiting (a cancelled group): skip it
                 continue
             with self._lock:
@@ -352,9 +387,9 @@ class RewardPool:
                 continue
             worker = self._slots[slot]
             try:
-                kind, payload = worker.call(index, prompts, completions, columns, self.timeout_s)
+                kind, payload, log = worker.call(index, prompts, completions, columns, state, self.timeout_s)
             except Exception:  # e.g. a column value that cannot be pickled
-                kind, payload = "raised", traceback.format_exc()
+                kind, payload, log = "raised", traceback.format_exc(), CallLog()
             if kind in ("timeout", "died") or not worker.healthy:
                 worker.kill()
                 with self._lock:
@@ -362,7 +397,7 @@ class RewardPool:
                         self._slots[slot] = self._spawn()
             with self._lock:
                 self._busy.discard(slot)
-            future.set_result(("raised", payload) if kind == "died" else (kind, payload))
+            future.set_result(("raised" if kind == "died" else kind, payload, log))
 
     def _combine(self, outcomes: list[Outcome], n: int) -> RewardResult:
         """Weighted sum per sample, applying the failure policy and counting failures."""
@@ -372,7 +407,12 @@ class RewardPool:
         failed = [False] * n
         per_function: dict[str, list[float | None]] = {}
         errors: dict[str, str] = {}
-        for name, (_, weight), (kind, payload) in zip(self._names, self.specs, outcomes, strict=True):
+        metrics: dict[str, list[float]] = {}
+        extra: dict[str, list] = {}
+        for name, (_, weight), (kind, payload, log) in zip(self._names, self.specs, outcomes, strict=True):
+            for key, values in log.metrics.items():
+                metrics.setdefault(key, []).extend(values)
+            extra.update(self._columns_of_length(log.extra, n))
             if kind == "ok" and len(payload) != n:
                 kind, payload = "wrong_length", f"returned {len(payload)} values for {n} completions"
             if kind != "ok":
@@ -403,7 +443,18 @@ class RewardPool:
                 failed[i] = True
         drop = self.on_failure == "drop"
         rewards: list[float | None] = [None if drop and failed[i] else total[i] for i in range(n)]
-        return RewardResult(rewards, {kind: failures[kind] for kind in FAILURE_KINDS}, per_function, errors)
+        counts = {kind: failures[kind] for kind in FAILURE_KINDS}
+        return RewardResult(rewards, counts, per_function, errors, metrics, extra)
+
+    def _columns_of_length(self, columns: dict[str, list], n: int) -> dict[str, list]:
+        """The ``log_extra`` columns with one value per sample; a column of another length warned about once."""
+        for column in columns.keys() - self._bad_columns:
+            if len(columns[column]) != n:
+                self._bad_columns.add(column)
+                logger.warning(
+                    "log_extra column %r has %d values for %d completions: left out", column, len(columns[column]), n
+                )
+        return {column: values for column, values in columns.items() if len(values) == n}
 
 
 def _unique_names(specs: list[str]) -> list[str]:
