@@ -1,6 +1,9 @@
 """``rl bench peer``: Tailor and TRL's GRPOTrainer on the tiny model, one JSON, one table, one PNG."""
 
 import json
+import os
+import time
+from pathlib import Path
 
 import pytest
 from small_runs import SMALL
@@ -88,11 +91,59 @@ def test_an_equal_time_run_that_ends_a_step_late_is_read_at_its_end():
     assert trl["accuracy_at_equal_time"] == 0.48
 
 
+def test_trl_run_step_times_and_its_json_round_trip(tmp_path):
+    from rl.bench.trl_peer import PeerRun, Snapshot
+
+    run = PeerRun(seed=3, steps=3, train_seconds=3.5, step_ends=[1.0, 1.5, 3.5], process={"torch_threads": 2})
+    run.snapshots.append(Snapshot(3, 3.5, tmp_path / "step3.safetensors"))
+    assert run.step_seconds == pytest.approx(3.5 / 3) and run.step_seconds_median == 1.0  # steps 1.0, 0.5, 2.0
+    assert PeerRun.from_json(json.loads(json.dumps(run.to_json()))) == run
+
+
+def test_the_bench_starts_trl_with_a_command_the_standalone_script_reads(tmp_path):
+    """The bench's TRL process is the standalone script's command line: the script parses back what the bench
+    meant, overrides after the recipe included; the check run is the same command without snapshots or time."""
+    from rl.bench.trl_peer import PeerBudget, standalone_command
+    from rl.bench.trl_standalone import parse_args
+
+    out, snapshots, budget = (
+        tmp_path / "run.json",
+        tmp_path / "snapshots",
+        PeerBudget(steps=300, points=6, seconds=70.25),
+    )
+    argv = standalone_command(Path("r.yaml"), ["train.lr=1e-4", "seed=4"], 4, budget, out, snapshots, False)
+    assert argv[:2] == ["-m", "rl.bench.trl_standalone"]
+    args = parse_args(argv[2:])
+    assert (args.recipe, args.overrides, args.seed, args.steps) == ("r.yaml", ["train.lr=1e-4", "seed=4"], 4, 300)
+    assert (args.seconds, args.snapshots, args.points, args.vllm, args.out) == (70.25, snapshots, 6, False, out)
+    alone = parse_args(standalone_command(Path("r.yaml"), [], 4, PeerBudget(steps=300, points=6), out, None, True)[2:])
+    assert (alone.steps, alone.seconds, alone.snapshots, alone.vllm) == (300, None, None, True)
+
+
+def test_trl_starts_with_the_environment_the_command_started_with(monkeypatch):
+    """What this process set in its environment since it started (as Ray's driver and vLLM's CPU platform do)
+    does not reach the TRL process."""
+    from rl.bench.trl_peer import user_environment
+
+    monkeypatch.setenv("LD_PRELOAD", "/set/after/start/libtcmalloc.so")
+    monkeypatch.setenv("TAILOR_TEST_SET_AFTER_START", "1")
+    env = user_environment()
+    assert "TAILOR_TEST_SET_AFTER_START" not in env and env.get("LD_PRELOAD") != "/set/after/start/libtcmalloc.so"
+    assert env["PATH"] == os.environ["PATH"]
+
+
+def test_peer_only_refuses_equal_time_before_anything_runs(capsys):
+    assert main(["bench", "peer", "arith_tiny", "--peer-only", "--equal-time", "--seeds", "0"]) == 2
+    assert "--equal-time needs a Tailor variant's time" in capsys.readouterr().err
+
+
 @pytest.mark.integration
 def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path):
     variant = "sync:train.max_staleness=0,train.sync_every=1"
     argv = ["bench", "peer", "arith_tiny", *SMALL, "--seeds", "0", "--steps", "2", "--points", "2"]
+    t0 = time.monotonic()
     assert main([*argv, "--variant", variant, "--out", str(tmp_path)]) == 0
+    wall_s = time.monotonic() - t0  # this test's clock, around both systems' whole runs
 
     saved = json.loads((tmp_path / "bench_peer.json").read_text())
     assert [s["system"] for s in saved["systems"]] == ["tailor-sync", "trl"]
@@ -101,18 +152,29 @@ def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path)
         assert r["steps"] == 2 and [p["step"] for p in points] == [0, 1, 2]
         assert points[0]["seconds"] == 0.0 < points[1]["seconds"] < points[2]["seconds"] == r["train_seconds"]
         assert all(0.0 <= p["accuracy"] <= 1.0 for p in points)
-        assert r["steps_per_hour"] == pytest.approx(3600 * 2 / r["train_seconds"])
-        assert r["samples_per_hour"] == pytest.approx(3600 * 2 * 4 * 4 / r["train_seconds"])  # 4 groups of 4
+        assert r["steps_per_hour"] > 3600 * 2 / wall_s  # 2 steps in less than the whole bench took
+        assert r["samples_per_hour"] / r["steps_per_hour"] == pytest.approx(4 * 4)  # 4 groups of 4 a step, each
     trl = saved["results"][-1]
     assert trl["time_to_target_s"] is not None and trl["time_to_target_s"] <= trl["train_seconds"]
     assert saved["target_accuracy"] == trl["final_accuracy"]
     assert len(trl["reward_curve"]) == 2 and trl["torch_threads"] >= 1
     assert 0.0 < trl["last_step_seconds"] < trl["train_seconds"]
+    # TRL trained in a fresh process of its own, as clean as the standalone script's after Tailor's run: none of
+    # Tailor's runtime, no more of vLLM and Ray than TRL imports itself, torch threads as TRL leaves them
+    in_bench = json.loads((tmp_path / "seed0" / "trl" / "run.json").read_text())["process"]
+    alone = json.loads((tmp_path / "seed0" / "trl_standalone.json").read_text())["process"]
+    assert in_bench["pid"] != os.getpid() and "rl.driver" not in in_bench["modules"]
+    assert set(in_bench["modules"]) <= set(alone["modules"])
+    assert in_bench["torch_threads"] == alone["torch_threads"] == trl["torch_threads"]
+    check = saved["trl_standalone"]  # the first seed again, alone, for as many steps
+    assert (check["seed"], check["steps"], check["bench_steps"]) == (0, 2, 2)
+    assert check["bench_step_seconds"] == trl["step_seconds"] == pytest.approx(trl["train_seconds"] / 2)
     # one evaluator: the untrained model scores the same in Tailor's run and in the snapshot evaluator (greedy)
     untrained = saved["untrained_accuracy"]
     assert untrained["tailor_in_run"] == [untrained["snapshot_evaluator"]]
     assert not list((tmp_path / "seed0" / "trl" / "snapshots").iterdir())  # scored, then removed
     table = (tmp_path / "bench_peer.md").read_text()
     assert "| tailor-sync | 1 | 2 |" in table and "| trl | 1 | 2 |" in table
+    assert f"{check['step_seconds']:.3f} s alone" in table and "`python -m rl.bench.trl_standalone " in table
     png = (tmp_path / "bench_peer.png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 10_000

@@ -1,8 +1,11 @@
 """``rl bench peer``: Tailor's variants against TRL's ``GRPOTrainer`` on one recipe, seed by seed, one evaluator.
 
 Per seed, each Tailor variant trains (``rl bench train``'s runner, with ``eval.every`` set to give ``points``
-evaluations), then TRL trains on the same recipe (``rl.bench.trl_peer``): for as many steps, for ``peer_steps``,
-or, with ``equal_time``, for the training wall time of the seed's first Tailor variant. Reported per system and
+evaluations), then TRL trains on the same recipe (``rl.bench.trl_peer``), in a fresh process of its own: for as
+many steps, for ``peer_steps``, or, with ``equal_time``, for the training wall time of the seed's first Tailor
+variant (``peer_only``: TRL alone, no Tailor variant). After the first seed's TRL run, TRL trains that seed again
+for as many steps without snapshots, as ``python -m rl.bench.trl_standalone`` does for a user: its step time is
+reported beside the bench's, the check that the bench runs TRL at TRL's own speed. Reported per system and
 seed: steps/hour, samples/hour, held-out accuracy against training wall time and against steps, the wall time to
 reach a target accuracy (default: TRL's final accuracy, mean over seeds), and the accuracy of every system at the
 seed's equal time (the shortest system's training time); then means over seeds, with ratios against TRL taken
@@ -28,10 +31,11 @@ What the figures mean, for both systems alike:
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -40,6 +44,9 @@ from rl.bench.train import TrainVariant, run_train_bench, variant_configs
 from rl.config import load_config
 from rl.models import resolve_model
 from rl.report import fmt, load_run
+
+if TYPE_CHECKING:
+    from rl.bench.trl_peer import PeerRun
 
 PEER = "trl"
 EQUAL_TIME_STEP_CAP = 50  # with equal_time, TRL's step cap is this many times Tailor's steps
@@ -62,6 +69,7 @@ class PeerOptions:
     points: int = 6  # evaluations per run besides step 0
     target: float | None = None  # None: TRL's final accuracy, mean over seeds
     use_vllm: bool = False  # TRL's vLLM colocate generation (GPUs only)
+    peer_only: bool = False  # TRL alone: no Tailor variant runs (to time the peer, or score it alone)
 
 
 def result(system: str, seed: int, steps: int, samples: float, points: list[dict[str, float]]) -> dict[str, Any]:
@@ -192,6 +200,17 @@ def markdown(systems: list[dict[str, Any]], results: list[dict[str, Any]], targe
     return "\n".join(lines) + "\n"
 
 
+def standalone_line(alone: dict[str, Any]) -> str:
+    """The Markdown line that sets TRL's step time in the bench beside its step time alone."""
+    return (
+        f"\nTRL's step time, seed {alone['seed']}: {alone['bench_step_seconds']:.3f} s in the bench "
+        f"({alone['bench_steps']} steps, median {alone['bench_step_seconds_median']:.3f} s), "
+        f"{alone['step_seconds']:.3f} s alone ({alone['steps']} steps, median {alone['step_seconds_median']:.3f} s; "
+        f"bench / alone {alone['bench_over_alone']:.2f}), {alone['torch_threads']} torch threads. "
+        f"Alone is `{alone['command']}`.\n"
+    )
+
+
 def plot(results: list[dict[str, Any]], out: Path, target: float) -> None:
     """Held-out accuracy against training wall time and against steps: one colour per system, one line per seed."""
     fig = Figure(figsize=(11, 4), layout="constrained")
@@ -227,9 +246,12 @@ def check(recipe: Path, opts: PeerOptions) -> int:
 
     if not opts.seeds or opts.points < 1:
         raise ValueError("rl bench peer needs at least one seed and one evaluation point")
+    if opts.peer_only and opts.equal_time:
+        raise ValueError("--equal-time needs a Tailor variant's time: drop it or --peer-only (TRL alone)")
     steps = opts.steps or load_config(recipe, opts.overrides).train.max_steps
     for seed in opts.seeds:
-        variant_configs(recipe, opts.variants, seed_overrides(opts, steps, seed), opts.out_dir / f"seed{seed}")
+        if not opts.peer_only:
+            variant_configs(recipe, opts.variants, seed_overrides(opts, steps, seed), opts.out_dir / f"seed{seed}")
         if bad := unsupported(load_config(recipe, seed_overrides(opts, steps, seed))):
             raise ValueError(f"TRL's GRPOTrainer cannot mirror {', '.join(bad)}")
     return steps
@@ -238,17 +260,13 @@ def check(recipe: Path, opts: PeerOptions) -> int:
 def run_peer_bench(recipe: Path, opts: PeerOptions) -> tuple[dict[str, Any], str]:
     """Train and score every system for every seed; write ``bench_peer.json``, ``.md`` and ``.png`` to ``out_dir``."""
     from rl.bench.snapshots import evaluate_snapshots
-    from rl.bench.trl_peer import PeerBudget, train_trl
+    from rl.bench.trl_peer import PeerBudget, run_trl_process
 
     steps = check(recipe, opts)
-    results, peer_runs, cfg = [], [], None
+    results, peer_runs, cfg, alone = [], [], None, None
     for seed in opts.seeds:
         overrides, seed_dir = seed_overrides(opts, steps, seed), opts.out_dir / f"seed{seed}"
-        run_train_bench(recipe, opts.variants, overrides, seed_dir)
-        tailor = []
-        for variant, vcfg in variant_configs(recipe, opts.variants, overrides, seed_dir):
-            points, samples = tailor_points(vcfg.run_dir / "metrics.jsonl")
-            tailor.append(result(f"tailor-{variant.name}", seed, points[-1]["step"], samples, points))
+        tailor = [] if opts.peer_only else run_tailor(recipe, opts, overrides, seed, seed_dir)
         results += tailor
         cfg = load_config(recipe, overrides)
         budget = PeerBudget(
@@ -256,8 +274,13 @@ def run_peer_bench(recipe: Path, opts: PeerOptions) -> tuple[dict[str, Any], str
             seconds=tailor[0]["train_seconds"] if opts.equal_time else None,
             points=opts.points,
         )
-        print(f"[bench peer] TRL GRPOTrainer, seed {seed}: {budget}", flush=True)
-        peer_runs.append(train_trl(cfg, seed, budget, seed_dir / PEER, opts.use_vllm))
+        print(f"[bench peer] TRL GRPOTrainer in a process of its own, seed {seed}: {budget}", flush=True)
+        peer = seed_dir / PEER
+        peer_runs.append(
+            run_trl_process(recipe, overrides, seed, budget, peer / "run.json", peer / "snapshots", opts.use_vllm)
+        )
+        if alone is None:
+            alone = standalone_check(recipe, overrides, peer_runs[-1], seed_dir / "trl_standalone.json", opts)
     base, reports = evaluate_snapshots(
         cfg, resolve_model(cfg.model.path), str(recipe), [s.path for run in peer_runs for s in run.snapshots]
     )
@@ -270,22 +293,68 @@ def run_peer_bench(recipe: Path, opts: PeerOptions) -> tuple[dict[str, Any], str
         ]
         results.append(result(PEER, run.seed, run.steps, run.steps * run.samples_per_step, points))
         results[-1].update(
-            torch_threads=run.torch_threads, reward_curve=run.rewards, last_step_seconds=run.last_step_seconds
+            torch_threads=run.process["torch_threads"],
+            reward_curve=run.rewards,
+            last_step_seconds=run.last_step_seconds,
+            step_seconds=run.step_seconds,
+            step_seconds_median=run.step_seconds_median,
         )
         for s in run.snapshots:
             s.path.unlink()
-    return write(recipe, opts, results, base.metrics["accuracy"])
+    return write(recipe, opts, results, base.metrics["accuracy"], alone)
+
+
+def run_tailor(
+    recipe: Path, opts: PeerOptions, overrides: list[str], seed: int, seed_dir: Path
+) -> list[dict[str, Any]]:
+    """Train every Tailor variant of ``seed`` (``rl bench train``'s runner); their results."""
+    run_train_bench(recipe, opts.variants, overrides, seed_dir)
+    tailor = []
+    for variant, vcfg in variant_configs(recipe, opts.variants, overrides, seed_dir):
+        points, samples = tailor_points(vcfg.run_dir / "metrics.jsonl")
+        tailor.append(result(f"tailor-{variant.name}", seed, points[-1]["step"], samples, points))
+    return tailor
+
+
+def standalone_check(
+    recipe: Path, overrides: list[str], bench_run: PeerRun, out: Path, opts: PeerOptions
+) -> dict[str, Any]:
+    """TRL trains ``bench_run``'s seed again for as many steps, as ``python -m rl.bench.trl_standalone`` does for
+    a user (no snapshots); both runs' step times, mean and median, and the command that repeats the check."""
+    from rl.bench.trl_peer import PeerBudget, run_trl_process, standalone_command
+
+    budget = PeerBudget(steps=bench_run.steps, points=opts.points)
+    print(f"[bench peer] TRL alone, as the standalone script runs it, seed {bench_run.seed}: {budget}", flush=True)
+    alone = run_trl_process(recipe, overrides, bench_run.seed, budget, out, use_vllm=opts.use_vllm)
+    return {
+        "seed": bench_run.seed,
+        "steps": alone.steps,
+        "step_seconds": alone.step_seconds,
+        "step_seconds_median": alone.step_seconds_median,
+        "bench_steps": bench_run.steps,
+        "bench_step_seconds": bench_run.step_seconds,
+        "bench_step_seconds_median": bench_run.step_seconds_median,
+        "bench_over_alone": bench_run.step_seconds / max(alone.step_seconds, 1e-9),
+        "torch_threads": alone.process["torch_threads"],
+        "command": "python "
+        + shlex.join(standalone_command(recipe, overrides, bench_run.seed, budget, out, None, opts.use_vllm)),
+    }
 
 
 def write(
-    recipe: Path, opts: PeerOptions, results: list[dict[str, Any]], untrained: float
+    recipe: Path,
+    opts: PeerOptions,
+    results: list[dict[str, Any]],
+    untrained: float,
+    alone: dict[str, Any] | None,
 ) -> tuple[dict[str, Any], str]:
-    """Summarize, then write the JSON, the Markdown and the PNG; returns the summary and the Markdown."""
+    """Summarize, then write the JSON, the Markdown and the PNG (``alone``: ``standalone_check``'s figures);
+    returns the summary and the Markdown."""
     peer_final = [r["final_accuracy"] for r in results if r["system"] == PEER]
     target = opts.target if opts.target is not None else mean(peer_final)
     source = "given" if opts.target is not None else "TRL's final accuracy, mean over seeds"
     systems = summarize(results, target)
-    table = markdown(systems, results, target, source)
+    table = markdown(systems, results, target, source) + (standalone_line(alone) if alone else "")
     summary = {
         "recipe": str(recipe),
         "options": {k: v for k, v in vars(opts).items() if k not in ("out_dir", "variants")},
@@ -298,6 +367,7 @@ def write(
         },
         "systems": systems,
         "results": results,
+        "trl_standalone": alone,
     }
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     (opts.out_dir / "bench_peer.json").write_text(json.dumps(summary, indent=1))

