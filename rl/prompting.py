@@ -15,12 +15,15 @@ class PromptEncoder:
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self._cache: dict[str, list[int]] = {}
+        self.tools: list[dict[str, Any]] | None = None  # tool schemas the chat template renders (rollout.tools)
 
     def encode(self, prompt: str | list[dict[str, str]]) -> list[int]:
         """Token ids of a prompt; chat messages go through the tokenizer's chat template."""
         if isinstance(prompt, list):
             return list(
-                self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+                self.tokenizer.apply_chat_template(
+                    prompt, tools=self.tools, add_generation_prompt=True, tokenize=True, return_dict=False
+                )
             )
         if prompt not in self._cache:
             self._cache[prompt] = self.tokenizer(prompt)["input_ids"]

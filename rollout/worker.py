@@ -6,14 +6,19 @@ load or a stats call never queues behind generation: they interleave at each ``a
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
 from rl.rollout.group_runner import GroupResult, ScoreFn, run_group
+from rl.rollout.tool_workflow import ToolSettings
 from rl.rollout.vllm_adapter import configure_cpu_threads
+from rl.rollout.workflow import Episode, Workflow
 from rl.shaping.policy import GroupController
+
+from rl.types import PromptRow
 
 
 def _to_engine(name: str) -> Callable[..., Awaitable[Any]]:
@@ -39,6 +44,7 @@ class RolloutWorker:
 
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
         self.sync_seconds: list[float] = []
+        self.workflows: dict[ToolSettings, Workflow] = {}  # built once per settings, on first use
 
     def _decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -66,6 +72,18 @@ class RolloutWorker:
             progress_every_tokens=progress_every_tokens,
             score_texts=score_texts,
         )
+
+    async def generate_episodes(
+        self, group_id: str, row: PromptRow, sampling: SamplingSpec, workflow: Workflow | ToolSettings, n: int
+    ) -> list[Episode]:
+        """``n`` episodes of ``row`` under ``workflow`` (multi-turn, tools), run concurrently; all of them returned.
+        ``ToolSettings`` are built here into a tool workflow on this worker's tokenizer."""
+        if isinstance(workflow, ToolSettings):
+            if workflow not in self.workflows:
+                self.workflows[workflow] = workflow.build(self.tokenizer)
+            workflow = self.workflows[workflow]
+        runs = [workflow.run(self.engine, f"{group_id}-{i}", i, row, sampling) for i in range(n)]
+        return list(await asyncio.gather(*runs))
 
     async def load_weights(self, weights: bytes | str, version: int, interrupt: bool = False) -> float:
         """Load new policy weights (safetensors bytes, or a safetensors file's path on this host); in-flight

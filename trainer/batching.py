@@ -13,7 +13,7 @@ from rl.types import Group
 class TokenBatch:
     input_ids: torch.Tensor  # [B, T] prompt + response, right-padded
     attention_mask: torch.Tensor  # [B, T]
-    response_mask: torch.Tensor  # [B, T-1] 1 where position t predicts a response token
+    response_mask: torch.Tensor  # [B, T-1] 1 where position t predicts a response token the model wrote
     old_logprobs: torch.Tensor  # [B, T-1] behaviour log-probs aligned with response_mask
     advantages: torch.Tensor  # [B]
 
@@ -27,13 +27,14 @@ class TokenBatch:
         return int(self.response_mask.any(dim=0).nonzero()[0]) if self.num_tokens else 0
 
 
-Row = tuple[list[int], list[int], list[float], float]  # prompt tokens, response tokens, behaviour log-probs, advantage
+# prompt tokens, response tokens, behaviour log-probs, advantage, loss mask (None: every response token is trained)
+Row = tuple[list[int], list[int], list[float], float, list[int] | None]
 
 
 def rows_of(groups: list[Group]) -> list[Row]:
-    """(prompt tokens, response tokens, behaviour log-probs, advantage) for every kept sample."""
+    """(prompt tokens, response tokens, behaviour log-probs, advantage, loss mask) for every kept sample."""
     return [
-        (g.prompt_tokens, s.tokens, s.logprobs, a)
+        (g.prompt_tokens, s.tokens, s.logprobs, a, s.loss_mask)
         for g in groups
         for s, a in zip(g.samples, g.advantages, strict=True)
         if s.tokens
@@ -72,17 +73,18 @@ def padded_tokens(batches: list[TokenBatch]) -> int:
 
 
 def collate(rows: list[Row], pad_id: int) -> TokenBatch:
-    """Right-pad rows into a ``TokenBatch``."""
+    """Right-pad rows into a ``TokenBatch``; a row's loss mask zeroes ``response_mask`` at the tokens it excludes
+    (a tool's result inside a multi-turn episode), so they are context for the policy but never a loss term."""
     width = max(map(row_length, rows))
     n = len(rows)
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     attn = torch.zeros((n, width), dtype=torch.long)
     resp = torch.zeros((n, width - 1))
     old = torch.zeros((n, width - 1))
-    for i, (p, r, lp, _) in enumerate(rows):
+    for i, (p, r, lp, _, mask) in enumerate(rows):
         ids[i, : len(p) + len(r)] = torch.tensor(p + r)
         attn[i, : len(p) + len(r)] = 1
-        resp[i, len(p) - 1 : len(p) - 1 + len(r)] = 1
+        resp[i, len(p) - 1 : len(p) - 1 + len(r)] = 1 if mask is None else torch.tensor(mask, dtype=torch.float32)
         old[i, len(p) - 1 : len(p) - 1 + len(r)] = torch.tensor(lp, dtype=torch.float32)
-    adv = torch.tensor([a for _, _, _, a in rows], dtype=torch.float32)
+    adv = torch.tensor([row[3] for row in rows], dtype=torch.float32)
     return TokenBatch(ids, attn, resp, old, adv)

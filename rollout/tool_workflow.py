@@ -1,0 +1,165 @@
+"""A tool-calling episode, token in, token out: the model's turns and the tools' results in one token sequence.
+
+The loop: sample a turn after the prompt plus everything so far; if it ended on the model's own end-of-turn token and
+holds tool calls, run them (concurrently, each under the call timeout), append the format's tokens for the results,
+sample again. The episode ends on a turn without calls, a turn that did not end on its end-of-turn token (length,
+abort), a turn whose calls would pass ``max_tool_calls``, or when the next tokens would pass the episode's budget
+(``sampling.max_tokens``, model and tool tokens together, so prompt + episode stays within the engine's context).
+
+Invariants of the episode's ``Sample``: ``tokens`` are the sampled ids exactly as the engine returned them, with the
+results' ids between turns (nothing is decoded and re-encoded); ``loss_mask`` is 1 at sampled ids and 0 at result
+ids; ``logprobs`` are the sampler's at sampled ids and 0.0 at result ids; a result id carries the version of the
+sampled id before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+from typing import Any
+
+from rl.rollout.engine import InferenceEngine, RequestTrace, SamplingSpec
+from rl.rollout.tool_format import ChatTemplateFormat, Messages, ToolFormat
+from rl.rollout.tools import ToolBox, environment_tools, load_environment, load_tool
+from rl.rollout.workflow import Episode
+
+from rl.config import RolloutConfig
+from rl.types import PromptRow, Sample
+
+
+@dataclass
+class _Sequence:
+    """The episode's tokens as they are appended, with their per-token records."""
+
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+    def sampled(self, trace: RequestTrace, default_version: int) -> None:
+        self.tokens += trace.tokens
+        self.logprobs += trace.logprobs
+        self.mask += [1] * len(trace.tokens)
+        self.versions += trace.token_versions(default_version)
+
+    def appended(self, ids: list[int]) -> None:
+        self.tokens += ids
+        self.logprobs += [0.0] * len(ids)
+        self.mask += [0] * len(ids)
+        self.versions += [self.versions[-1]] * len(ids)
+
+
+class ToolWorkflow:
+    """Episodes that call ``tools`` and, with ``environment``, the methods of a fresh instance of it (``reset(**row)``
+    first; a string it returns is appended to the last user message, as TRL does). The episode keeps a ``snapshot``
+    of the instance for the rewards."""
+
+    def __init__(
+        self,
+        format: ToolFormat,
+        tools: list[Callable[..., Any]],
+        environment: Callable[[], Any] | None,
+        max_tool_calls: int,
+        timeout_s: float,
+    ) -> None:
+        self.format = format
+        self.tools = tools
+        self.environment = environment
+        self.max_tool_calls = max_tool_calls
+        self.timeout_s = timeout_s
+
+    async def run(
+        self, engine: InferenceEngine, request_id: str, index: int, row: PromptRow, sampling: SamplingSpec
+    ) -> Episode:
+        env, box, prompt = self._start(row)
+        seq, turns, said = _Sequence(), 0, []
+        while True:
+            budget = replace(sampling, max_tokens=sampling.max_tokens - len(seq.tokens))
+            trace = await engine.generate(RequestTrace(f"{request_id}-t{turns}"), prompt + seq.tokens, budget)
+            turns += 1
+            seq.sampled(trace, engine.version)
+            said.append({"role": "assistant", "content": self.format.decode(trace.tokens)})
+            finish = trace.finish_reason or "abort"
+            if finish != "stop" or not trace.tokens or trace.tokens[-1] != self.format.end_of_turn:
+                break
+            calls = self.format.calls(trace.tokens)
+            if not calls or box.stats.calls + len(calls) > self.max_tool_calls:
+                break
+            results = list(zip([c.name for c in calls], await asyncio.gather(*map(box.call, calls)), strict=True))
+            said += [{"role": "tool", "name": name, "content": content} for name, content in results]
+            ids = self.format.results(results)
+            if len(seq.tokens) + len(ids) >= sampling.max_tokens:
+                finish = "length"  # no room left for the results and a reply to them
+                break
+            seq.appended(ids)
+        sample = Sample(
+            index=index,
+            tokens=seq.tokens,
+            logprobs=seq.logprobs,
+            versions=seq.versions,
+            finish_reason=finish,
+            text=self.format.decode(seq.tokens),
+            loss_mask=seq.mask,
+        )
+        return Episode(prompt, sample, turns=turns, tools=box.stats, environment=snapshot(env), messages=said)
+
+    def _start(self, row: PromptRow) -> tuple[Any, ToolBox, list[int]]:
+        """The episode's environment (a new instance, reset with ``row``; None without one), tools and prompt ids."""
+        env = self.environment() if self.environment is not None else None
+        messages = _messages(row.prompt)
+        if env is not None:
+            observation = env.reset(**reset_arguments(row))
+            if isinstance(observation, str):
+                messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
+        box = ToolBox(self.tools + (environment_tools(env) if env is not None else []), self.timeout_s)
+        return env, box, self.format.prompt(messages, box.schemas())
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    """A run's tools as plain data (``rollout.tools`` and friends), sent to rollout workers, which load them there."""
+
+    tools: tuple[str, ...]
+    environment: str | None
+    max_tool_calls: int
+    timeout_s: float
+    base_dir: str  # relative file specs are resolved against it
+
+    @staticmethod
+    def of(rollout: RolloutConfig) -> ToolSettings | None:
+        """The settings of ``rollout`` (relative specs against the current directory); None without tools."""
+        if not rollout.tools and rollout.environment is None:
+            return None
+        return ToolSettings(
+            tuple(rollout.tools), rollout.environment, rollout.max_tool_calls, rollout.tool_timeout_s, os.getcwd()
+        )
+
+    def load(self) -> tuple[list[Callable[..., Any]], Callable[[], Any] | None]:
+        """The tool functions and the environment factory; ``ValueError`` with one line naming a bad spec."""
+        tools = [load_tool(spec, self.base_dir) for spec in self.tools]
+        environment = load_environment(self.environment, self.base_dir) if self.environment else None
+        return tools, environment
+
+    def build(self, tokenizer: Any) -> ToolWorkflow:
+        """The workflow, with Qwen/Hermes ``<tool_call>`` calls through ``tokenizer``'s chat template."""
+        tools, environment = self.load()
+        return ToolWorkflow(ChatTemplateFormat(tokenizer), tools, environment, self.max_tool_calls, self.timeout_s)
+
+
+def reset_arguments(row: PromptRow) -> dict[str, Any]:
+    """What an environment's ``reset`` gets: the dataset row as TRL passes it (every column, the prompt, the answer)."""
+    return {**row.columns, "answer": row.answer, "prompt": row.prompt}
+
+
+def snapshot(env: Any) -> SimpleNamespace | None:
+    """What rewards get of an environment: its attributes after the episode, as a plain namespace (it crosses
+    processes; the user's class may not import there)."""
+    return None if env is None else SimpleNamespace(**vars(env))
+
+
+def _messages(prompt: str | Messages) -> Messages:
+    """Chat messages of a prompt (a text prompt is one user message); a copy, so the row stays untouched."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]

@@ -1,0 +1,117 @@
+"""``rollout.tools`` / ``rollout.environment`` checked before any actor starts: a good setup passes (its environment
+reaches the rewards' check as TRL's ``environments``); each bad one is one line naming the key and what to do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rl.rollout.tool_workflow import ToolSettings
+from tool_chat import byte_chat_tokenizer
+
+from rl.cli import RECIPES_DIR
+from rl.config import load_config
+from rl.preflight import BadInput, preflight
+
+TOOLS = '''
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first
+        b: the second
+    """
+    return a + b
+
+
+def undocumented(a: int) -> int:
+    return a
+
+
+class Counter:
+    def reset(self, **row):
+        self.total = int(row["answer"])
+
+    def multiply(self, a: int) -> int:
+        """Multiply the running total.
+
+        Args:
+            a: the factor
+        """
+        self.total *= a
+        return self.total
+
+
+def env_reward(completions, environments, **columns):
+    return [float(e.total) for e in environments]
+'''
+
+
+def _model(tmp_path: Path, renders_tools: bool = True) -> Path:
+    """A model folder the checks accept: a config, a one-tensor weight file, the byte-level chat tokenizer (whose
+    template renders tools, or one that ignores them as SmolLM2's does)."""
+    out = tmp_path / ("model" if renders_tools else "plain-model")
+    tok = byte_chat_tokenizer()
+    if not renders_tools:
+        tok.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }} {{ m.content }}<|im_end|>{% endfor %}"
+    tok.save_pretrained(out)
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (out / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    (out / "config.json").write_text('{"model_type": "llama"}')
+    return out
+
+
+def _config(tmp_path: Path, *overrides: str, renders_tools: bool = True):
+    tools = tmp_path / "tools.py"
+    tools.write_text(TOOLS)
+    base = [
+        f"model.path={_model(tmp_path, renders_tools)}",
+        "data.chat=true",
+        "data.arith.num_train=40",  # every prompt goes through the chat template with the schemas: keep them few
+        "data.arith.num_test=8",
+        "train.batch_groups=2",
+        "eval.num_problems=2",
+        "rollout.max_model_len=4096",
+        "rollout.max_tokens=64",
+        f"rollout.tools=[{tools}:add]",
+        f"rollout.environment={tools}:Counter",
+        f"reward.functions=[{{fn: '{tools}:env_reward'}}]",
+    ]
+    return load_config("recipes/arith_tiny.yaml", [*base, *overrides])
+
+
+def test_tools_and_environment_pass_and_the_schemas_count_in_prompts(tmp_path):
+    inputs = preflight(_config(tmp_path))
+    assert [s["function"]["name"] for s in inputs.encoder.tools] == ["add", "multiply"]
+    row = inputs.train_rows[0]
+    assert '"name": "multiply"' in inputs.encoder.tokenizer.decode(inputs.encoder.encode(row.prompt))
+
+
+@pytest.mark.parametrize(
+    "overrides, renders_tools, message",
+    [
+        (["rollout.tools=[{tools}:missing]"], True, r"^rollout\.tools\.0: tool spec '.*:missing': .* no attribute"),
+        (["rollout.tools=[{tools}:undocumented]"], True, r"^rollout\.tools\.0: .*undocumented cannot be a tool"),
+        (["rollout.environment={tools}:add"], True, r"^rollout\.environment: .*with no arguments failed: TypeError"),
+        (["rollout.tools=[{tools}:add, {tools}:add]"], True, r"two tools named 'add'"),
+        (["shaping.policy=darts"], True, r"shaping\.policy=plain only so far, not 'darts'"),
+        (["data.chat=false"], True, r"need chat prompts .* set data\.chat=true"),
+        ([], False, r"^model\.path '.*': its chat template does not render tools"),
+        (["reward.functions=[{fn: '{tools}:env_reward'}]", "rollout.environment=null"], True, r"environments"),
+    ],
+    ids=["missing", "undocumented", "env-not-a-class", "same-name", "darts", "text-prompts", "template", "no-env"],
+)
+def test_bad_tool_setups_get_one_line_errors(tmp_path, overrides, renders_tools, message):
+    tools = tmp_path / "tools.py"
+    cfg = _config(tmp_path, *(o.replace("{tools}", str(tools)) for o in overrides), renders_tools=renders_tools)
+    with pytest.raises(BadInput, match=message) as e:
+        preflight(cfg)
+    assert "\n" not in str(e.value)
+
+
+def test_the_bundled_tool_recipe_names_tools_that_load():
+    settings = ToolSettings.of(load_config(RECIPES_DIR / "calculator_qwen2.5-0.5b.yaml").rollout)
+    tools, environment = settings.load()
+    assert [t.__name__ for t in tools] == ["add", "subtract"] and environment is None
+    assert tools[1](5, 7) == -2
