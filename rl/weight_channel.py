@@ -8,8 +8,10 @@ bytes through the object store and the engine core's socket). Otherwise the byte
 store once (the trainer call's return value). Works on any device. In-flight requests are kept across the
 load, or (``interrupt``) aborted and resubmitted with their partial responses.
 
-``nccl`` / ``ipc`` (GPU): vLLM's native weight transfer (``NativeWeightChannel``), written against vLLM
-0.32's documented trainer API; the GPU machines lent to this project have no vLLM, so it has not run.
+``nccl`` / ``ipc`` (GPU): vLLM's native weight transfer (``NativeWeightChannel``): vLLM 0.27+'s trainer engines,
+or 0.26's rendezvous and broadcast driven by hand. On one H200 (vLLM 0.26) the NCCL rendezvous ran on both sides
+until NCCL refused two ranks on one GPU (``invalid usage``): a full transfer needs the trainer and the engines on
+separate GPUs and has not been run yet (benchmarks/README.md, "Native weight transfer on one GPU").
 """
 
 from __future__ import annotations
@@ -17,14 +19,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import logging
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ray.exceptions import RayActorError
+
+log = logging.getLogger("rl.weight_channel")
 
 
 @dataclass
@@ -84,7 +90,7 @@ class CpuWeightChannel:
     overlaps = True
 
     def __init__(
-        self, trainer: Any, rollout_workers: list[Any], interrupt: bool = False, peers: list[Any] = ()
+        self, trainer: Any, rollout_workers: list[Any], interrupt: bool = False, peers: Sequence[Any] = ()
     ) -> None:
         self.trainer = trainer  # rank-0 TrainerWorker actor handle
         self.peers = list(peers)  # the other data-parallel ranks: each export's gather needs every rank
@@ -105,6 +111,12 @@ class CpuWeightChannel:
         trainer = await self.trainer.node_id.remote()
         if trainer == here and os.path.isdir(SHARED_DIR) and await self._on_host(list(self.rollout_workers), here):
             self.host = here
+        log.info(
+            "weights: %s",
+            "a shared-memory file (driver, trainer and engines on one node)"
+            if self.host
+            else "Ray's object store (the trainer and the engines are not all on the driver's node)",
+        )
 
     def export(self) -> CpuExport:
         """The trainer's weights: Ray runs an actor's calls in submission order, so the export holds the weights

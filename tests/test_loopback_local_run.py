@@ -1,7 +1,10 @@
 """A local run (no ``ray.address``) listens on loopback only; joining a cluster is left as Ray does it."""
 
 import ipaddress
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -37,3 +40,39 @@ def test_joining_a_cluster_is_unchanged(monkeypatch):
     assert start_ray(load_config(None, ["ray.address=auto"]))
     assert calls == [{"address": "auto", "log_to_driver": True}]
     assert not any(key in os.environ for key in LOOPBACK_ENV)
+
+
+RAY_FACTS = """
+import json, psutil, ray
+from ray._private import worker
+from ray._private.authentication.authentication_utils import is_token_auth_enabled
+from rl.actors import start_ray
+from rl.config import load_config
+start_ray(load_config(None, []))
+FLAGS = ("--disable-frontend", "--modules-to-load=UsageStatsHead")
+heads = [psutil.Process(p.process.pid) for p in worker.global_worker.node.all_processes.get("dashboard", [])]
+ports = {c.laddr.port for h in heads for c in h.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+print(json.dumps({
+    "token_auth": is_token_auth_enabled(),
+    "dashboard_url": worker.get_dashboard_url(),
+    "head_flags": sorted(a for h in heads for a in h.cmdline() if a in FLAGS),
+    "dashboard_port_open": 8265 in ports,
+}))
+ray.shutdown()
+"""
+
+
+@pytest.mark.integration
+def test_a_local_ray_serves_no_dashboard_and_keeps_token_authentication():
+    """``start_ray`` without ``ray.address``, in a user's environment (no ``RAY_AUTH_MODE``): Ray's token
+    authentication is on, and no dashboard is served. Ray still starts its dashboard head process, but with only the
+    usage-stats module and no web frontend: Ray knows no dashboard URL and nothing listens on the dashboard port."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    done = subprocess.run([sys.executable, "-c", RAY_FACTS], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "token_auth": True,
+        "dashboard_url": "",
+        "head_flags": ["--disable-frontend", "--modules-to-load=UsageStatsHead"],
+        "dashboard_port_open": False,
+    }

@@ -9,12 +9,12 @@ in the same order (the engine's gathers meet); rank 0's answer is the one that c
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable
 from typing import Protocol
 
 import torch
+from rl.trainer import rendezvous
 from rl.trainer.engine import TrainEngine, TrainerSpec, make_train_engine
 
 from rl.types import Group
@@ -33,22 +33,23 @@ class TrainerWorker:
     def __init__(self, spec: TrainerSpec, rank: int = 0, world_size: int = 1) -> None:
         self.rank, self.world_size = rank, world_size
         self.engine: TrainEngine = make_train_engine(spec, rank, world_size)
+        self.listener = None  # rank 0's store socket, from rendezvous_address until join_process_group
 
     def rendezvous_address(self) -> str:
-        """A ``tcp://IP:PORT`` on this worker's node where the process group can meet (asked of rank 0)."""
+        """``tcp://IP:PORT`` on this worker's node address, already listened on, where the process group's store
+        will be served (asked of rank 0)."""
         import ray
 
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return f"tcp://{ray.util.get_node_ip_address()}:{port}"
+        self.listener = rendezvous.listen_on(ray.util.get_node_ip_address())
+        return rendezvous.store_address(self.listener)
 
-    def join_process_group(self, init_method: str) -> None:
-        """Join the data-parallel group (gloo on CPU, NCCL on GPU) and shard the engine; every rank calls it at once."""
+    def join_process_group(self, address: str) -> None:
+        """Join the data-parallel group (gloo on CPU, NCCL on GPU) through the store at ``address`` and shard the
+        engine; every rank calls it at once."""
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-        torch.distributed.init_process_group(
-            backend, init_method=init_method, rank=self.rank, world_size=self.world_size
-        )
+        store = rendezvous.tcp_store(address, self.rank, self.world_size, self.listener)
+        self.listener = None
+        torch.distributed.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size)
         self.engine.shard()
 
     def accumulate(self, groups: list[Group]) -> float:
