@@ -221,6 +221,11 @@ CASES = [
         lambda t: [f"output_dir={_file(t / 'a_file', '')}/runs"],
         "cannot be created or written (Not a directory",
     ),
+    (
+        "gpu_budget_too_small",
+        lambda t: ["memory.gpu_gib=1"],
+        "bad input: memory plan: trainer",  # then what it needs, "short by", and what to change
+    ),
     ("unknown_key", lambda t: ["train.nope=1"], "invalid config: train.nope: not a known key"),
     ("misspelt_key", lambda t: ["train.batchgroups=2"], "did you mean train.batch_groups?"),
     ("unknown_section", lambda t: ["nope.x=1"], "invalid config: nope: not a known key"),

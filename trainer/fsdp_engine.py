@@ -367,7 +367,15 @@ class FSDPEngine:
             "updates": float(len(updates)),
             "pad_fraction": 1.0 - sum(u.real for u in updates) / max(sum(u.positions for u in updates), 1),
             "dp_wait_s": self._waited,
+            **self._gpu_peak(),
         }
+
+    def _gpu_peak(self) -> dict[str, float]:
+        """On a GPU, ``gpu_peak_gib``: the most this rank's torch has held allocated since it started (what the memory
+        plan's trainer figure estimates, rl/memory_plan.py); nothing on CPU."""
+        if self.device.type != "cuda":
+            return {}
+        return {"gpu_peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30}
 
     def _global_totals(self) -> dict[str, float]:
         """This step's loss units, loss sum and stats, summed (max for ``MAX_STATS``) over all ranks."""
@@ -386,7 +394,7 @@ class FSDPEngine:
         """The policy's log-probs of ``response_tokens`` after ``prompt_tokens`` (for checks and evals; with several
         ranks every rank calls it with the same tokens)."""
         self.model.eval()
-        batch = collate([(prompt_tokens, response_tokens, [0.0] * len(response_tokens), 0.0)], self.pad_id)
+        batch = collate([(prompt_tokens, response_tokens, [0.0] * len(response_tokens), 0.0, None)], self.pad_id)
         lp = self._logprobs(batch)[0]
         self._reshard()
         start = len(prompt_tokens) - 1

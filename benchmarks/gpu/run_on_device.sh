@@ -23,6 +23,11 @@
 #          lengths drawn from the arith_smollm2 length model at a 1024-token cap: plain, shadow, darts+long_wait.
 # tests: the GPU-only tests (skipped on CPU machines).
 # train: a few steps of a GSM8K-shaped recipe (local data file) end to end; weights through the file route.
+# memplan: (150 s, plus up to 90 s to build SmolLM2 on a fresh machine) `rl train arith_smollm2` for 3 steps with
+#          trainer and engine on the one GPU: the memory plan's line and share against the trainer's
+#          torch.cuda.max_memory_allocated (gpu_peak_gib in metrics.jsonl), vLLM's start-up figures and nvidia-smi's
+#          per-process samples -> $OUT/memplan.json (benchmarks/gpu/memplan_report.py) and $OUT/memplan.jsonl
+#          (copied as the steps come). A call of its own: bash benchmarks/gpu/run_on_device.sh memplan (timeout 400).
 # nccl: the same run with vLLM's native NCCL weight transfer. It needs two GPUs: on one, the trainer and the engine
 #       share the device and NCCL refuses two ranks on it ("invalid usage", seen on an H200 on 2026-11-26).
 set -u
@@ -76,7 +81,8 @@ bench() {  # bench NAME SECONDS ARGS...: rl bench rollout; its passes reach $OUT
 # every 5 s, each bench's passes so far to $OUT (a call cut short still returns them; $OUT takes 8 files, so the
 # whole bench_rollout.json stays behind: rl.bench.summary.build_summary rebuilds its tables from the passes)
 (while sleep 5; do for f in /root/res/*/bench_passes.jsonl; do
-  [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").jsonl"; done; done) &
+  [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").jsonl"; done
+  [ -f /root/res/runs/memplan/metrics.jsonl ] && cp /root/res/runs/memplan/metrics.jsonl "$OUT/memplan.jsonl"; done) &
 copier=$!
 [[ $steps == *,after,* ]] && bench after 200 "${held_out[@]}" --modes raw,plain,shadow,${shaped/darts+sart/darts},$shaped
 if [[ $steps == *,before,* && -d $repo/.gpu_old/tl ]]; then
@@ -93,6 +99,20 @@ dummy=(--lengths arith_smollm2 --max-tokens 1024 --prompts 16 --m-keep 8 --seed 
 if [[ $steps == *,tests,* ]]; then
   run tests 90 python3 -m pytest -q -p no:cacheprovider -o addopts="" "$repo/tests/test_gpu_trainer.py" "$repo/tests/test_gpu_kernels.py"
   cp /root/res/tests.log "$OUT/tests.txt"
+fi
+
+if [[ $steps == *,memplan,* ]]; then
+  run smollm2 90 python3 -m rl.cli models build smollm2-135m  # cached after the first build
+  (while sleep 1; do echo "total, $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)"
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits; done > /root/res/memplan_smi.txt) &
+  sampler=$!
+  memplan=(arith_smollm2 train.max_steps=3 eval.every=0 eval.num_problems=16 train.save_checkpoint=false)
+  run memplan 150 python3 -m rl.cli train "${memplan[@]}" output_dir=/root/res/runs name=memplan --verbose
+  kill $sampler
+  cp /root/res/runs/memplan/metrics.jsonl "$OUT/memplan.jsonl" 2>/dev/null
+  python3 "$repo/benchmarks/gpu/memplan_report.py" /root/res/memplan.log /root/res/runs/memplan/metrics.jsonl \
+    /root/res/memplan_smi.txt "${memplan[@]}" > "$OUT/memplan.json" 2>> "$OUT/log.txt"
+  cat "$OUT/memplan.json" >> "$OUT/log.txt"
 fi
 
 python3 "$repo/benchmarks/gpu/gsm8k_like.py" /root/gsm8k_like.jsonl 512

@@ -1,0 +1,274 @@
+"""The GPU memory plan (rl/memory_plan.py): its arithmetic against hand-computed figures for the SmolLM2-135M,
+Qwen2.5-1.5B and Qwen2.5-7B shapes (full fine-tuning, LoRA, gradient checkpointing), against the train-step peaks
+recorded on an H100 (benchmarks/gpu/), and ``rl train`` printing it or refusing a run in one line before any actor."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from rl import cli, driver, memory_plan
+from rl.config import load_config
+from rl.memory_plan import (
+    CUDA_CONTEXT_BYTES,
+    GIB,
+    VLLM_CUDA_GRAPH_BYTES,
+    VLLM_OVERHEAD_BYTES,
+    ModelShape,
+    engine_need,
+    make_plan,
+    refusal,
+    trainer_need,
+)
+from rl.model_shapes import SHAPES
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOL, QWEN15, QWEN7 = (ModelShape.from_config(SHAPES[k]) for k in ("smollm2-135m", "qwen2.5-1.5b", "qwen2.5-7b"))
+# SmolLM2-135M by hand: embeddings 49152 x 576 (tied) + 30 layers x (q 576x576 + k, v 576x192 + o 576x576 + MLP
+# 3 x 576x1536 + two norms 576) + the final norm
+SMOL_PARAMS = 49152 * 576 + 30 * (576 * 576 * 2 + 2 * 576 * 192 + 3 * 576 * 1536 + 2 * 576) + 576
+
+
+def _cfg(*overrides: str):
+    return load_config(None, list(overrides))
+
+
+def test_parameter_counts_are_the_published_sizes():
+    assert SMOL.params == SMOL_PARAMS == 134_515_008
+    # the model cards' sizes, to the digits they give: 134.5M, 1.54B, 7.62B
+    assert round(SMOL.params / 1e6, 1) == 134.5
+    assert round(QWEN15.params / 1e9, 2) == 1.54
+    assert round(QWEN7.params / 1e9, 2) == 7.62
+
+
+def test_kv_bytes_per_token_are_two_x_layers_x_kv_heads_x_head_dim_x_dtype():
+    for shape, (layers, kv_heads, head_dim) in [(SMOL, (30, 3, 64)), (QWEN15, (28, 2, 128)), (QWEN7, (28, 4, 128))]:
+        assert shape.kv_bytes_per_token(2) == 2 * layers * kv_heads * head_dim * 2
+    assert (SMOL.kv_bytes_per_token(2), QWEN15.kv_bytes_per_token(2), QWEN7.kv_bytes_per_token(4)) == (
+        23_040,
+        28_672,
+        114_688,
+    )
+
+
+def test_full_fine_tuning_keeps_sixteen_bytes_a_parameter_and_activations_per_token_and_layer():
+    t = trainer_need(SMOL, _cfg("train.micro_batch_tokens=512", "rollout.max_model_len=256", "rollout.max_tokens=127"))
+    p = SMOL_PARAMS
+    assert (t.weights, t.gradients, t.optimizer, t.bf16_copies, t.step) == (4 * p, 4 * p, 8 * p, 2 * p, 4 * p)
+    per_token_layer = 36 * 576 + 8 * 1536  # 33,024 bytes
+    assert t.tokens == 512 and t.activations == 512 * 30 * per_token_layer == 507_248_640 and t.recompute == 0
+    scored = 512 * 128 // 256  # positions from the first response token: max_tokens + 1 of each 256-token row
+    assert t.logit_grads == 2 * scored * 49152
+    assert t.logits == 2 * scored * 49152 + 8 * scored * 49152  # bf16 logits + two float32 blocks (under 2**26)
+    assert t.peak == 16 * p + 2 * p + t.activations + t.logits + t.logit_grads
+
+
+def test_checkpointing_keeps_each_layers_input_and_recomputes_one_layer():
+    full = trainer_need(
+        QWEN15, _cfg("train.micro_batch_size=8", "rollout.max_model_len=2112", "rollout.max_tokens=2048")
+    )
+    ckpt = trainer_need(
+        QWEN15,
+        _cfg(
+            "train.micro_batch_size=8",
+            "rollout.max_model_len=2112",
+            "rollout.max_tokens=2048",
+            "train.gradient_checkpointing=true",
+        ),
+    )
+    n = 8 * 2112
+    assert full.activations == n * 28 * (36 * 1536 + 8 * 8960)
+    assert ckpt.activations == n * 28 * 4 * 1536 and ckpt.recompute == n * (36 * 1536 + 8 * 8960)
+    assert ckpt.state == full.state == 16 * QWEN15.params
+    # the backward pass holds the recomputed layer and the logits' gradient, not the bf16 copies (freed by then)
+    assert ckpt.peak == ckpt.state + ckpt.activations + ckpt.logits + ckpt.recompute + ckpt.logit_grads
+    assert full.peak - ckpt.peak == full.activations + full.bf16_copies - ckpt.activations - ckpt.recompute
+
+
+def test_lora_trains_only_the_adapters():
+    t = trainer_need(QWEN7, _cfg("train.lora.rank=16", "train.micro_batch_tokens=1024"))
+    # r x (in + out) for q, k, v, o, gate, up, down of each of the 28 layers (h 3584, kv 4 x 128, i 18944)
+    per_layer = 16 * ((3584 + 3584) + 2 * (3584 + 512) + (3584 + 3584) + 2 * (3584 + 18944) + (18944 + 3584))
+    adapters = 28 * per_layer
+    assert adapters == 40_370_176
+    assert (t.weights, t.gradients, t.optimizer, t.step) == (
+        4 * QWEN7.params + 4 * adapters,
+        4 * adapters,
+        8 * adapters,
+        4 * adapters,
+    )
+    assert t.bf16_copies == 2 * QWEN7.params  # the frozen layers' bf16 casts are still saved for the backward pass
+
+
+def test_engine_holds_weights_kv_cache_for_every_sequence_and_vllms_overhead():
+    e = engine_need(QWEN7, _cfg("rollout.max_num_seqs=64", "rollout.max_model_len=1000", "rollout.max_tokens=900"))
+    assert e.weights == 2 * QWEN7.params  # bfloat16
+    assert e.kv_cache == 64 * 1008 * 57_344  # 1000 tokens take 63 blocks of 16
+    assert e.overhead == VLLM_OVERHEAD_BYTES  # enforce_eager: no CUDA graphs
+    graphs = engine_need(QWEN7, _cfg("rollout.enforce_eager=false"))
+    assert graphs.seqs == 128 and graphs.overhead == VLLM_OVERHEAD_BYTES + VLLM_CUDA_GRAPH_BYTES
+    assert engine_need(SMOL, _cfg("model.dtype=float32")).weights == 4 * SMOL_PARAMS
+
+
+def test_a_plan_that_fits_gives_the_engine_its_need_and_half_the_spare():
+    cfg = load_config(cli.recipe_path("arith_smollm2"))
+    plan = make_plan(SMOL, cfg, budget=70 * GIB, total=80 * GIB)
+    assert plan.fits
+    assert plan.need == plan.trainer.peak + plan.engine.total + 2 * CUDA_CONTEXT_BYTES
+    granted = plan.engine_share * 80 * GIB
+    assert plan.engine.total + plan.spare / 2 <= granted < plan.engine.total + plan.spare / 2 + 80 * GIB * 1e-4
+    assert plan.budget - granted - plan.trainer.peak - plan.contexts >= plan.spare / 2 - 80 * GIB * 1e-4
+
+
+def test_a_refusal_names_the_single_changes_that_fit():
+    sizes = ["rollout.max_num_seqs=32", "rollout.max_model_len=1024", "rollout.max_tokens=768"]
+    cfg = _cfg(*sizes, "train.micro_batch_tokens=1024")
+    plan = make_plan(QWEN7, cfg, budget=80 * GIB)
+    assert not plan.fits  # full fine-tuning of 7.6B parameters: 16 bytes each, 113 GiB
+    line = refusal(plan, QWEN7, cfg)
+    assert "\n" not in line and f"short by {-plan.spare / GIB:.2f} GiB" in line
+    assert line.endswith("fits with any one of: train.lora.rank=16")
+    assert make_plan(QWEN7, _cfg(*sizes, "train.micro_batch_tokens=1024", "train.lora.rank=16"), 80 * GIB).fits
+
+
+def test_the_suggested_sequence_count_is_the_most_that_fits():
+    cfg = _cfg(
+        "rollout.max_num_seqs=1024",
+        "rollout.max_model_len=4096",
+        "rollout.max_tokens=3072",
+        "train.micro_batch_tokens=4096",
+    )
+    plan = make_plan(QWEN15, cfg, budget=60 * GIB)
+    line = refusal(plan, QWEN15, cfg)
+    seqs = int(line.split("rollout.max_num_seqs=")[1].split(",")[0].split(";")[0])
+
+    def at(seqs: int) -> bool:
+        rollout = cfg.rollout.model_copy(update={"max_num_seqs": seqs})
+        return make_plan(QWEN15, cfg.model_copy(update={"rollout": rollout}), 60 * GIB).fits
+
+    assert at(seqs) and not at(seqs + 1)
+
+
+def test_the_suggested_micro_batch_is_the_largest_that_fits():
+    cfg = _cfg(
+        "rollout.max_num_seqs=64",
+        "rollout.max_model_len=4096",
+        "rollout.max_tokens=3072",
+        "train.micro_batch_tokens=32768",
+    )
+    line = refusal(make_plan(QWEN15, cfg, budget=60 * GIB), QWEN15, cfg)
+    tokens = int(line.split("train.micro_batch_tokens=")[1].split(",")[0])
+
+    def at(tokens: int) -> bool:
+        train = cfg.train.model_copy(update={"micro_batch_tokens": tokens})
+        return make_plan(QWEN15, cfg.model_copy(update={"train": train}), 60 * GIB).fits
+
+    assert 4096 <= tokens < 32768 and at(tokens) and not at(tokens + 1)
+    assert "train.gradient_checkpointing=true" in line and "max_num_seqs" not in line
+
+
+def test_checkpointing_is_suggested_where_it_alone_fits():
+    # micro-batches of 8 rows of 2112 tokens: out of memory on an 80 GB H100 without checkpointing, 36.7 GiB with
+    # it (benchmarks/gpu/h100_train_step_qwen2.5-1.5b.json); the engine small beside it
+    cfg = _cfg(
+        "train.micro_batch_size=8",
+        "rollout.max_model_len=2112",
+        "rollout.max_tokens=2048",
+        "rollout.max_tokens=2048",
+        "rollout.max_num_seqs=1",
+    )
+    plan = make_plan(QWEN15, cfg, budget=int(79.2 * GIB))
+    assert not plan.fits and "train.gradient_checkpointing=true" in refusal(plan, QWEN15, cfg)
+
+
+@pytest.mark.parametrize(
+    ("record", "shape", "max_len"),
+    [("h100_gpu_timings.json", SMOL, 512), ("h100_train_step_qwen2.5-1.5b.json", QWEN15, 2048)],
+)
+def test_trainer_peak_is_within_ten_percent_of_the_recorded_h100_peaks(record, shape, max_len):
+    """benchmarks/gpu_timings.py: 16 x 8 samples, 64-token prompts, responses up to max_len, micro-batches of
+    ``micro_batch_size`` rows in batch order; its peak is ``torch.cuda.max_memory_allocated`` over three steps."""
+    steps = [s for s in json.loads((ROOT / "benchmarks/gpu" / record).read_text())["train_step"] if "peak_gib" in s]
+    assert steps
+    for s in steps:
+        cfg = _cfg(
+            f"train.micro_batch_size={s['micro_batch_size']}",
+            f"train.gradient_checkpointing={str(s['gradient_checkpointing']).lower()}",
+            f"rollout.max_model_len={64 + max_len}",
+            f"rollout.max_tokens={max_len}",
+        )
+        planned = trainer_need(shape, cfg).peak / GIB
+        assert math.isclose(planned, s["peak_gib"], rel_tol=0.10), (s, planned)
+
+
+class _Started(Exception):
+    """The driver was reached: the plan let the run through."""
+
+
+def _never_started(*_args):
+    raise _Started
+
+
+def test_rl_train_prints_the_plan_and_hands_the_engine_its_share(monkeypatch, capsys):
+    seen = {}
+
+    class Driver:
+        def __init__(self, cfg, *_args):
+            seen["cfg"] = cfg
+            raise _Started
+
+    monkeypatch.setattr(driver, "Driver", Driver)
+    monkeypatch.setattr(cli, "_route_output", lambda *_: None)
+    monkeypatch.setattr(memory_plan, "visible_gpu", lambda: None)  # the same on a machine with a GPU
+    with pytest.raises(_Started):
+        cli.main(["train", "arith_tiny", "memory.gpu_gib=24"])
+    out = capsys.readouterr().out.splitlines()
+    line = next(line for line in out if line.startswith("memory plan: "))
+    share = float(line.rsplit("rollout.gpu_memory_utilization=", 1)[1])
+    assert seen["cfg"].rollout.gpu_memory_utilization == share != 0.5
+    assert line.endswith(f"of 24.00 GiB; rollout.gpu_memory_utilization={share:g}")
+
+
+def test_rl_train_without_a_gpu_or_budget_plans_nothing(monkeypatch, capsys):
+    seen = {}
+
+    class Driver:
+        def __init__(self, cfg, *_args):
+            seen["cfg"] = cfg
+            raise _Started
+
+    monkeypatch.setattr(driver, "Driver", Driver)
+    monkeypatch.setattr(cli, "_route_output", lambda *_: None)
+    monkeypatch.setattr(memory_plan, "visible_gpu", lambda: None)  # the same on a machine with a GPU
+    with pytest.raises(_Started):
+        cli.main(["train", "arith_tiny"])
+    assert "memory plan" not in capsys.readouterr().out
+    assert seen["cfg"].rollout.gpu_memory_utilization == 0.5
+
+
+def test_a_share_the_recipe_sets_stands_when_the_plan_allows_it(monkeypatch, capsys):
+    seen = {}
+
+    class Driver:
+        def __init__(self, cfg, *_args):
+            seen["cfg"] = cfg
+            raise _Started
+
+    monkeypatch.setattr(driver, "Driver", Driver)
+    monkeypatch.setattr(cli, "_route_output", lambda *_: None)
+    monkeypatch.setattr(memory_plan, "visible_gpu", lambda: None)
+    with pytest.raises(_Started):
+        cli.main(["train", "arith_tiny", "memory.gpu_gib=24", "rollout.gpu_memory_utilization=0.3"])
+    assert seen["cfg"].rollout.gpu_memory_utilization == 0.3
+    assert capsys.readouterr().out.rstrip().endswith("rollout.gpu_memory_utilization=0.3 (the recipe's)")
+
+
+def test_a_share_that_starves_the_trainer_is_refused_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(driver, "Driver", _never_started)
+    monkeypatch.setattr(memory_plan, "visible_gpu", lambda: None)
+    assert cli.main(["train", "arith_tiny", "memory.gpu_gib=8", "rollout.gpu_memory_utilization=0.95"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rollout.gpu_memory_utilization=0.95" in err[0] and "leave it unset" in err[0]
