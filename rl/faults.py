@@ -51,12 +51,19 @@ def reward_fault(prompt: str, completion: str) -> str | None:
 def arith_exact_with_faults(prompts: list, completions: list, answer: list, **columns) -> list[float | None]:
     """``arith_exact``, with the faults of ``reward_fault`` injected (and recorded)."""
     kind = reward_fault(str(prompts[0]), str(completions[0]))
-    if kind:  # counted as the reward pool counts failures: a call that raises or hangs once, NaN once per value
-        record(kind, len(completions) if kind == "reward_nan" else 1)
+    return strike(kind, len(completions)) or arith_exact(prompts, completions, answer, **columns)
+
+
+def strike(kind: str | None, n: int) -> list[float | None] | None:
+    """Fault ``kind`` (one of ``REWARD_FAULTS``, or None: no fault) on a reward call of ``n`` completions, recorded
+    as the reward pool counts it (a call that raises or hangs once, NaN once per value): raises, sleeps ``HANG_S``
+    (the pool kills the call first) or returns the NaN rewards; None when the call should score as usual."""
+    if kind:
+        record(kind, n if kind == "reward_nan" else 1)
     if kind == "reward_raises":
         raise RuntimeError("injected reward fault")
     if kind == "reward_nan":
-        return [math.nan] * len(completions)
+        return [math.nan] * n
     if kind == "reward_hangs":
         time.sleep(HANG_S)
-    return arith_exact(prompts, completions, answer, **columns)
+    return None

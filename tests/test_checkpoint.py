@@ -99,3 +99,45 @@ def test_metrics_of_a_resumed_run_hold_each_step_once(tmp_path):
 
     MetricsLogger(tmp_path, tensorboard=False).close()  # a new run starts the file afresh
     assert (tmp_path / "metrics.jsonl").read_text() == ""
+
+
+def test_tensorboard_of_a_resumed_run_holds_each_step_once(tmp_path):
+    """A run killed after step 5 and resumed from its step-3 checkpoint: TensorBoard drops steps 4 and 5 as the
+    killed run wrote them, and shows the resumed run's values there (as a reader loads the event files)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    killed = MetricsLogger(tmp_path)
+    for step in range(1, 6):
+        killed.log(step, {"loss": float(step)})
+    killed.close()
+    resumed = MetricsLogger(tmp_path, resume_step=3)
+    for step in range(4, 7):
+        resumed.log(step, {"loss": 10.0 + step})
+    resumed.close()
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("train/loss")] == [
+        (1, 1.0),
+        (2, 2.0),
+        (3, 3.0),
+        (4, 14.0),
+        (5, 15.0),
+        (6, 16.0),
+    ]
+
+
+def test_resume_refuses_when_the_training_rows_changed(tmp_path):
+    """The stream's positions index the training rows: a checkpoint written over other rows is refused, in one line,
+    before any actor starts."""
+    from rl.driver import Driver
+    from rl.preflight import RunInputs
+    from rl.types import PromptRow
+
+    rows = [PromptRow(f"p{i}", f"{i}+1=", str(i + 1)) for i in range(4)]
+    cfg = _run(tmp_path, "train.max_steps=30")
+    path = _write_checkpoint(cfg, 10, data=checkpoint.data_fingerprint(rows))
+    edited = [*rows[:3], PromptRow("p3", "3+2=", "5")]  # one prompt changed in place
+    with pytest.raises(CheckpointError, match="the training rows changed since it was written") as e:
+        Driver(cfg, RunInputs("", None, edited, []), resume=path)
+    assert "\n" not in str(e.value)

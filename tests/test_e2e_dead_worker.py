@@ -6,8 +6,14 @@ import contextlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import ray
+from rl.rollout.engine import SamplingSpec
+from rl.shaping.plain import PlainController
+from rl.shaping.policy import GroupPlan
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.worker import TrainerWorker
 from small_runs import small_run
 
 from rl.driver import Driver
@@ -41,12 +47,16 @@ def _unlink_semaphores_of_killed_workers():
 
 
 def run_killing_after_first_step(driver: Driver, victim: int) -> dict:
-    """Run ``driver``, killing its rollout worker ``victim`` once the first step is done."""
+    """Run ``driver``, killing its rollout worker ``victim`` once the first step is done and a request of the
+    victim's is in flight, so that groups die with it."""
 
     async def kill_after_first_step() -> None:
         while driver.version < 1:
             await asyncio.sleep(0.05)
-        ray.kill(driver.fleet.rollout.started[victim])
+        worker = driver.fleet.rollout.started[victim]
+        while not (await worker.stats.remote())["unfinished"] and not driver.stopping.is_set():
+            await asyncio.sleep(0.01)
+        ray.kill(worker)
 
     async def scenario() -> dict:
         killer = asyncio.create_task(kill_after_first_step())
@@ -55,6 +65,30 @@ def run_killing_after_first_step(driver: Driver, victim: int) -> dict:
         return summary
 
     return asyncio.run(scenario())
+
+
+def records(run_dir: Path, kind: str) -> list[dict]:
+    return [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == kind]
+
+
+def assert_groups_accounted(summary: dict) -> None:
+    """The groups in flight on the killed worker were counted as rollout errors, and the ledger balances."""
+    assert summary["rollout_errors"] > 0  # the victim had a request in flight when it was killed
+    assert summary["groups_unaccounted"] == 0
+    assert summary["groups_started"] == (
+        summary["groups_trained"]
+        + summary["rollout_errors"]
+        + sum(summary["dropped_groups"].values())
+        + summary["replayed_groups"]
+        + summary["groups_open"]
+    )
+
+
+def assert_evaluated_on_every_problem(summary: dict, run_dir: Path) -> None:
+    """The final evaluation answered all 8 held-out problems on the live engine(s): none was lost to the dead one."""
+    after = records(run_dir, "eval")[-1]
+    assert after["num_problems"] == 8 and after["samples_per_problem"] == 1
+    assert summary["accuracy_after"] == after["accuracy"] and (after["accuracy"] * 8).is_integer()
 
 
 def test_run_survives_a_dead_rollout_worker(ray_session, tiny_model_dir, tmp_path):
@@ -69,32 +103,63 @@ def test_run_survives_a_dead_rollout_worker(ray_session, tiny_model_dir, tmp_pat
     summary = run_killing_after_first_step(Driver(cfg), victim=1)
 
     assert summary["steps"] == 4  # the run finished on the surviving worker
-    assert summary["dead_workers"] == 1
-    assert 0.0 <= summary["accuracy_after"] <= 1.0  # evaluated on the survivor
-    train = [
-        r
-        for r in map(json.loads, (tmp_path / "dead" / "metrics.jsonl").read_text().splitlines())
-        if r["kind"] == "train"
-    ]
+    assert summary["dead_workers"] == 1 and summary["restarted_workers"] == 0
+    assert_groups_accounted(summary)
+    assert_evaluated_on_every_problem(summary, tmp_path / "dead")
+    train = records(tmp_path / "dead", "train")
     assert [r["step"] for r in train] == [1, 2, 3, 4]
-    assert train[-1]["rollout_errors"] == summary["rollout_errors"]  # failed groups are counted, not lost silently
+    assert train[-1]["rollout_errors"] == summary["rollout_errors"]  # the train records carry the same count
+    # train.save_checkpoint=false (tests/small_runs.py): no checkpoint, not even the final one
+    assert summary["checkpoint"] is None and not (tmp_path / "dead" / "checkpoints").exists()
 
 
-def test_the_only_rollout_worker_is_replaced(ray_session, tiny_model_dir, tmp_path):
-    # staleness 1 lets at most 2 steps of groups exist when the worker dies, so steps 4 and 5 need the replacement
-    cfg = small_run(tmp_path, "restart", "rollout.max_restarts=1", "train.max_steps=5", "train.max_staleness=1")
-    driver = Driver(cfg)
+class ProbingDriver(Driver):
+    """A driver that, once a replacement engine has loaded the current weights and before it joins the rotation,
+    samples from it and asks the trainer for the log-probs of the same tokens. With synchronous training
+    (``max_staleness=0``) the trainer cannot step meanwhile: the batch it waits for needs the replacement."""
+
+    def __init__(self, *args, prompt: list[int], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.prompt, self.seen = prompt, {}
+
+    async def _load_current(self, worker) -> int:
+        version = await super()._load_current(worker)
+        plan = PlainController(GroupPlan(prompt_id="probe", n_launch=2, m_keep=2))
+        result = await worker.generate_group.remote("probe", self.prompt, SamplingSpec(max_tokens=20), plan)
+        trainer = self.fleet.trainers[0]
+        self.seen = {
+            "loaded": version,
+            "served": (await worker.stats.remote())["version"],
+            "samples": result.samples,
+            "trainer": [await trainer.sequence_logprobs.remote(self.prompt, s.tokens) for s in result.samples],
+            "trainer_version": self.version,  # still the version loaded: the trainer did not step meanwhile
+        }
+        return version
+
+
+def test_the_only_rollout_worker_is_replaced(ray_session, tiny_model_dir, encode, tmp_path):
+    # synchronous: the groups of step 2 are in flight when the worker dies, so steps 2 to 5 need the replacement;
+    # lr 1e-3 moves the weights one step away from the initial ones by more than the log-prob check's tolerance
+    run = ["rollout.max_restarts=1", "train.max_steps=5", "train.max_staleness=0", "train.lr=1e-3"]
+    driver = ProbingDriver(small_run(tmp_path, "restart", *run), prompt=encode("3+1="))
     summary = run_killing_after_first_step(driver, victim=0)
 
     assert summary["steps"] == 5 and summary["dead_workers"] == 1 and summary["restarted_workers"] == 1
     pool = driver.fleet.rollout
     assert len(pool.started) == 2 and pool.live == [pool.started[1]]  # the replacement is the one serving
-    assert 0.0 <= summary["accuracy_after"] <= 1.0  # evaluated on the replacement
-    train = [
-        r
-        for r in map(json.loads, (tmp_path / "restart" / "metrics.jsonl").read_text().splitlines())
-        if r["kind"] == "train"
-    ]
-    # it joined labelled with the version it loaded (tests/test_weight_sync.py checks what a load does), so
-    # admission control still bounds the staleness of every step, before and after the restart
-    assert [r["step"] for r in train] == [1, 2, 3, 4, 5] and all(r["staleness_max"] <= 1 for r in train)
+    assert_groups_accounted(summary)
+    assert_evaluated_on_every_problem(summary, tmp_path / "restart")
+    train = records(tmp_path / "restart", "train")
+    # it joined labelled with the version it loaded, so admission control still holds every step on-policy
+    assert [r["step"] for r in train] == [1, 2, 3, 4, 5] and all(r["staleness_max"] == 0 for r in train)
+
+    # before it served anything, the replacement held the trainer's weights of that moment (step 1): its log-probs
+    # are the trainer's (fp32 on both sides), and far from the initial weights' (which a replacement that skipped
+    # the load, or loaded the model from disk, would serve)
+    seen = driver.seen
+    assert seen["loaded"] == seen["served"] == seen["trainer_version"] == 1
+    base = TrainerWorker(TrainerSpec(model=tiny_model_dir))
+    for sample, trainer_logprobs in zip(seen["samples"], seen["trainer"], strict=True):
+        engine = np.array(sample.logprobs)
+        assert np.abs(np.array(trainer_logprobs) - engine).mean() < 1e-3
+        assert np.abs(np.array(base.sequence_logprobs(encode("3+1="), sample.tokens)) - engine).mean() > 1e-2

@@ -4,6 +4,7 @@ exactly the prompts an uninterrupted run trains next, each step logged once, the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -11,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from small_runs import small_run
+from small_runs import on_the_warm_engine, small_run
 
 from rl import checkpoint
 from rl.data.stream import PromptStream
+from rl.driver import Driver, RunFailed
 from rl.metrics import read_records
 from rl.preflight import preflight
 from rl.processes import alive, kill_tree, wait_for
@@ -111,3 +113,58 @@ def test_sigterm_then_sigkill_then_resume_continue_the_run_exactly(tiny_model_di
     assert summary["steps"] == STEPS and summary["groups_trained"] == STEPS * 4
     assert summary["replayed_groups"] == sum(r["replayed_groups"] for r in resumes)
     assert summary["groups_unaccounted"] == 0  # trained, dropped with a reason, replayed after a kill, or open
+
+
+def shaping_statistics(driver: Driver) -> dict:
+    """What a darts+sart run has learned about its prompts: DARTS's length-std EMAs, TIE's log-t fits and the
+    length windows behind them, its step count and redundancy, and the idle governor's redundancy."""
+    darts = driver.policy.darts
+    lengths = darts.lengths
+    return {
+        "std": dict(lengths._std),
+        "fits": dict(lengths._fits),
+        "windows": {prompt: list(window) for prompt, window in lengths._lengths.items()},
+        "steps": darts.steps,
+        "avg_redundancy": darts.avg_redundancy,
+        "governor": driver.governor.value,
+    }
+
+
+def test_a_resumed_darts_sart_run_restores_its_shaping_state_and_trainer(rollout_worker, tiny_model_dir, tmp_path):
+    """A darts+sart run with the idle governor, resumed from its final checkpoint: the policy's statistics are
+    those it had when the checkpoint was written, exactly; the trainer state loaded has the digest saved with the
+    checkpoint, which is the digest of the tensors on disk (loaded here into a trainer of our own); a checkpoint
+    whose weights were altered is refused with the digests unequal."""
+    from rl.trainer.engine import TrainerSpec
+    from rl.trainer.fsdp_engine import FSDPEngine
+    from safetensors.torch import load_file, save_file
+
+    shaped = ["shaping.policy=darts+sart", "shaping.idle_target=0.5", "train.max_steps=2"]
+    cfg = small_run(tmp_path, "shaped", *shaped, "train.save_checkpoint=true", "train.checkpoint_every=null")
+    warm = on_the_warm_engine(rollout_worker)
+    first = Driver(cfg, start_actors=warm)
+    assert asyncio.run(first.run())["steps"] == 2
+    before = shaping_statistics(first)
+    assert before["std"] and before["fits"] and before["steps"] > 0  # it learned something worth restoring
+
+    resumed_cfg, saved = checkpoint.resume_config(cfg.run_dir, ["train.max_steps=3"])
+    assert checkpoint.step_of(saved) == 2
+    second = Driver(resumed_cfg, resume=saved, start_actors=warm)
+    assert shaping_statistics(second) == before
+    own = FSDPEngine(TrainerSpec(model=tiny_model_dir))
+    assert own.load(str(saved)) == 2
+    assert own.state_digest() == checkpoint.read_driver_state(saved)["trainer_digest"]
+    assert asyncio.run(second.run())["steps"] == 3
+    resumes = [r for r in read_records(cfg.run_dir / "metrics.jsonl")[0] if r["kind"] == "resume"]
+    assert [(r["step"], r["trainer_digest_equal"]) for r in resumes] == [(2, 1.0)]
+
+    damaged = checkpoint.latest_checkpoint(cfg.run_dir)  # step 3's
+    weights = load_file(damaged / "model.safetensors")
+    name = sorted(weights)[0]
+    weights[name] = weights[name] + 1e-3
+    save_file(weights, damaged / "model.safetensors", metadata={"format": "pt"})
+    third_cfg, path = checkpoint.resume_config(cfg.run_dir, ["train.max_steps=4"])
+    with pytest.raises(RunFailed, match="the trainer state loaded differs from the one saved"):
+        asyncio.run(Driver(third_cfg, resume=path, start_actors=warm).run())
+    resumes = [r for r in read_records(cfg.run_dir / "metrics.jsonl")[0] if r["kind"] == "resume"]
+    assert [(r["step"], r["trainer_digest_equal"]) for r in resumes] == [(2, 1.0), (3, 0.0)]

@@ -70,4 +70,6 @@ def test_nccl_on_a_cluster_without_gpus_fails_before_any_actor(ray_session, tiny
     driver = Driver(small_run(tmp_path, "nccl", "weight_sync.transport=nccl"))
     with pytest.raises(ValueError, match="needs GPUs"):
         asyncio.run(driver.run())
-    assert not hasattr(driver, "workers")  # nothing was started
+    assert not hasattr(driver, "fleet")  # no actor was started: ``run`` sets the fleet only once it starts them
+    run_dir = tmp_path / "nccl"
+    assert not (run_dir / "config.yaml").exists() and not (run_dir / "metrics.jsonl").exists()  # nor a run begun
