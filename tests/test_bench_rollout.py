@@ -344,7 +344,7 @@ def test_engine_runs_higher_priority_first(bench_engine, encode):
     """vLLM priority scheduling through the adapter (what TIE modes rely on): with 8 running slots full,
     a later request of priority 0 goes ahead of 8 earlier queued requests of priority 5. First come, first
     served would run it in the third wave, after every queued request; by priority it runs in the second."""
-    from rl.rollout.vllm_adapter import RequestTrace, SamplingSpec
+    from rl.rollout.engine import RequestTrace, SamplingSpec
 
     loop, engine = bench_engine
     sampling = SamplingSpec(max_tokens=40, ignore_eos=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+from rl.rollout.engine import RequestTrace, SamplingSpec
 from rl.rollout.group_runner import run_group
-from rl.rollout.vllm_adapter import RequestTrace, SamplingSpec
 from rl.shaping.darts import DartsController
 from rl.shaping.policy import GroupPlan
 from rl.shaping.sart import SartController

@@ -2,7 +2,7 @@
 
 import pytest
 import ray
-from rl.rollout.vllm_adapter import SamplingSpec
+from rl.rollout.engine import SamplingSpec
 from rl.shaping.darts import DartsController
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan

@@ -8,8 +8,8 @@ import math
 import pytest
 import ray
 import torch
+from rl.rollout.engine import SamplingSpec
 from rl.rollout.scorer_worker import ScorerClient, ScorerSpec, ScorerWorker, remote_scorer_worker
-from rl.rollout.vllm_adapter import SamplingSpec
 from rl.shaping.darts import DartsController
 from rl.shaping.policy import GroupPlan
 from rl.shaping.sart import SartController

@@ -5,8 +5,7 @@ import time
 import numpy as np
 import pytest
 import ray
-from rl.rollout.engine import EngineSpec
-from rl.rollout.vllm_adapter import SamplingSpec
+from rl.rollout.engine import EngineSpec, SamplingSpec
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.trainer.engine import TrainerSpec

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import BaseModel
+
 from rl.config import AlgorithmConfig, LoraConfig, RunConfig, TrainConfig
 from rl.losses import LossSpec
 from rl.types import Group
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     import torch
 
 
-def _default(section: type, name: str) -> Any:
+def _default(section: type[BaseModel], name: str) -> Any:
     return section.model_fields[name].default
 
 

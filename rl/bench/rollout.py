@@ -43,7 +43,7 @@ from rl.bench.summary import build_summary, markdown
 from rl.config import RolloutConfig, RunConfig, ShapingConfig, apply_overrides, load_config, one_line
 from rl.data.source import dataset_rows
 from rl.prompting import PromptEncoder
-from rl.rewards.loading import load_reward_fn
+from rl.rewards.loading import RewardSpec, load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
 from rl.rollout.group_runner import GroupResult, run_group
@@ -241,14 +241,14 @@ class RolloutBench:
             run = load_config(cfg.recipe, cfg.recipe_overrides)
             split = dataset_rows(run.data, run.data.train_split)
             draws = [sample_rows(split, cfg.prompts, cfg.seed + r) for r in range(cfg.repeats)]
-            default_specs = [(f.fn, f.weight) for f in run.reward.functions]
+            default_specs = [(f.spec, f.weight) for f in run.reward.functions]
             self.enforce_eager = run.rollout.enforce_eager  # GPU: CUDA graphs with rollout.enforce_eager=false
         else:
             source = cfg.dataset or "arith"
             draws = [bench_rows(source, cfg.prompts, cfg.seed + r, chat) for r in range(cfg.repeats)]
             default_specs = [(default_reward(source, chat), 1.0)]
         self.batches = [Batch(rows, [self.encoder.encode(row.prompt) for row in rows]) for rows in draws]
-        self.reward_specs: list[tuple[str, float]] = (
+        self.reward_specs: list[tuple[RewardSpec, float]] = (
             [] if cfg.reward == "none" else [(cfg.reward, 1.0)] if cfg.reward else default_specs
         )
         self.sampling = SamplingSpec(cfg.max_tokens, cfg.temperature)

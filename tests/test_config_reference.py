@@ -1,0 +1,26 @@
+"""The checked-in configuration reference (docs/reference/config.md) is what the config models generate, and it
+holds every key ``rl train --help-config`` lists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rl.config import RunConfig, TrainConfig, config_keys
+from rl.config_reference import PAGE, render
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_checked_in_page_is_current():
+    page = (ROOT / PAGE).read_text(encoding="utf-8")
+    assert page == render(), f"{PAGE} is stale: run `python -m rl.config_reference > {PAGE}`"
+
+
+def test_page_has_every_key_and_description_of_help_config():
+    page = render()
+    for name in [*RunConfig.model_fields, *(f"train.{name}" for name in TrainConfig.model_fields)]:
+        assert f"`{name}`" in page, name  # a top-level section is a heading, a value an entry
+    for item in config_keys():
+        assert f"**`{item.key}`**" in page
+        first_words = item.description.split("*")[0].split("<")[0].split("\\")[0]
+        assert first_words in page, item.key
