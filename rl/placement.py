@@ -96,7 +96,8 @@ def rank_options(group: Any, rank: int, resource: str | None) -> dict[str, Any]:
 
 
 async def log_where(trainers: list[Any], rollout_workers: list[Any]) -> list[str]:
-    """Log (and return) one line per actor: which node it runs on, by address and short node id."""
+    """Log (and return) which node each actor runs on, by address and short node id: one line per actor across
+    nodes, one line in all when everything runs on the driver's node."""
     import asyncio
 
     import ray
@@ -106,6 +107,10 @@ async def log_where(trainers: list[Any], rollout_workers: list[Any]) -> list[str
     ids = await asyncio.gather(*[a.node_id.remote() for a in [*trainers, *rollout_workers]])
     names = [f"trainer rank {i}" for i in range(len(trainers))]
     names += [f"rollout engine {i}" for i in range(len(rollout_workers))]
+    if set(ids) <= {here}:
+        lines = [f"driver, trainers and rollout engines on node {addresses.get(here, '?')} ({here[:8]})"]
+        log.info(lines[0])
+        return lines
     lines = [f"driver on node {addresses.get(here, '?')} ({here[:8]})"]
     lines += [f"{name} on node {addresses.get(i, '?')} ({i[:8]})" for name, i in zip(names, ids, strict=True)]
     for line in lines:

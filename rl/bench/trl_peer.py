@@ -42,6 +42,7 @@ from transformers import AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from rl import STARTING_ENVIRONMENT
 from rl.config import RunConfig
 from rl.models import no_progress_bars, resolve_model
 from rl.preflight import split_rows
@@ -308,15 +309,10 @@ def run_trl_process(
 
 
 def user_environment() -> dict[str, str]:
-    """The environment this process was started with (Linux's ``/proc/self/environ``), without what Ray, vLLM or
-    Tailor set in it since (Ray's driver variables; vLLM's CPU platform sets ``LD_PRELOAD`` and thread variables
-    for the engines it configures); where that is unreadable, the environment as it is now."""
-    try:
-        raw = Path("/proc/self/environ").read_bytes()
-    except OSError:
-        return dict(os.environ)
-    pairs = (item.split("=", 1) for item in os.fsdecode(raw).split("\0") if "=" in item)
-    return {key: value for key, value in pairs}
+    """The environment Tailor was started with (``rl.STARTING_ENVIRONMENT``), without what Ray, vLLM or Tailor set in
+    ``os.environ`` since (Ray's driver variables; vLLM's CPU platform sets ``LD_PRELOAD`` and thread variables for
+    the engines it configures)."""
+    return dict(STARTING_ENVIRONMENT)
 
 
 def _fd(stream: Any) -> int | None:
