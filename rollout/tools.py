@@ -44,15 +44,21 @@ class ToolStats:
         self.failures[reason] = self.failures.get(reason, 0) + 1
 
 
+def _load_named(spec: str, kind: str, example: str, base_dir: str | Path | None) -> Any:
+    """What ``spec`` (``path/to/file.py:NAME`` or ``package.module:NAME``) names; a ``ValueError`` names the ``kind``
+    of spec and what is wrong."""
+    if ":" not in spec:
+        raise ValueError(f"{kind} spec {spec!r}: expected 'path/to/file.py:{example}' or 'package.module:{example}'")
+    try:
+        return load_reward_fn(spec, base_dir)
+    except ValueError as e:
+        raise ValueError(str(e).replace("reward spec", f"{kind} spec", 1)) from None
+
+
 def load_tool(spec: str, base_dir: str | Path | None = None) -> Callable[..., Any]:
     """The function ``spec`` names (``path/to/file.py:function`` or ``package.module:function``), checked to be a
     documented tool. Raises ``ValueError`` naming the spec and what is wrong."""
-    if ":" not in spec:
-        raise ValueError(f"tool spec {spec!r}: expected 'path/to/file.py:function' or 'package.module:function'")
-    try:
-        fn = load_reward_fn(spec, base_dir)
-    except ValueError as e:
-        raise ValueError(str(e).replace("reward spec", "tool spec", 1)) from None
+    fn = _load_named(spec, "tool", "function", base_dir)
     tool_schema(fn, f"tool spec {spec!r}")
     return fn
 
@@ -60,12 +66,7 @@ def load_tool(spec: str, base_dir: str | Path | None = None) -> Callable[..., An
 def load_environment(spec: str, base_dir: str | Path | None = None) -> Callable[[], Any]:
     """The environment class or factory ``spec`` names; one instance is made (and dropped) to check it has a
     ``reset`` and documented public methods. Raises ``ValueError`` naming the spec and what is wrong."""
-    if ":" not in spec:
-        raise ValueError(f"environment spec {spec!r}: expected 'path/to/file.py:Class' or 'package.module:Class'")
-    try:
-        factory = load_reward_fn(spec, base_dir)
-    except ValueError as e:
-        raise ValueError(str(e).replace("reward spec", "environment spec", 1)) from None
+    factory = _load_named(spec, "environment", "Class", base_dir)
     try:
         instance = factory()
     except Exception as e:

@@ -208,12 +208,10 @@ class _Started(Exception):
     """The driver was reached: the plan let the run through."""
 
 
-def _never_started(*_args):
-    raise _Started
-
-
-def test_rl_train_prints_the_plan_and_hands_the_engine_its_share(monkeypatch, capsys):
-    seen = {}
+@pytest.fixture
+def started(monkeypatch) -> dict:
+    """``rl train`` in process up to the driver: the config it would run with lands in the returned dict's "cfg"."""
+    seen: dict = {}
 
     class Driver:
         def __init__(self, cfg, *_args):
@@ -223,52 +221,35 @@ def test_rl_train_prints_the_plan_and_hands_the_engine_its_share(monkeypatch, ca
     monkeypatch.setattr(driver, "Driver", Driver)
     monkeypatch.setattr(cli, "_route_output", lambda *_: None)
     monkeypatch.setattr(memory_plan, "visible_gpu", lambda: None)  # the same on a machine with a GPU
+    return seen
+
+
+def test_rl_train_prints_the_plan_and_hands_the_engine_its_share(started, capsys):
     with pytest.raises(_Started):
         cli.main(["train", "arith_tiny", "memory.gpu_gib=24"])
     out = capsys.readouterr().out.splitlines()
     line = next(line for line in out if line.startswith("memory plan: "))
     share = float(line.rsplit("rollout.gpu_memory_utilization=", 1)[1])
-    assert seen["cfg"].rollout.gpu_memory_utilization == share != 0.5
+    assert started["cfg"].rollout.gpu_memory_utilization == share != 0.5
     assert line.endswith(f"of 24.00 GiB; rollout.gpu_memory_utilization={share:g}")
 
 
-def test_rl_train_without_a_gpu_or_budget_plans_nothing(monkeypatch, capsys):
-    seen = {}
-
-    class Driver:
-        def __init__(self, cfg, *_args):
-            seen["cfg"] = cfg
-            raise _Started
-
-    monkeypatch.setattr(driver, "Driver", Driver)
-    monkeypatch.setattr(cli, "_route_output", lambda *_: None)
-    monkeypatch.setattr(memory_plan, "visible_gpu", lambda: None)  # the same on a machine with a GPU
+def test_rl_train_without_a_gpu_or_budget_plans_nothing(started, capsys):
     with pytest.raises(_Started):
         cli.main(["train", "arith_tiny"])
     assert "memory plan" not in capsys.readouterr().out
-    assert seen["cfg"].rollout.gpu_memory_utilization == 0.5
+    assert started["cfg"].rollout.gpu_memory_utilization == 0.5
 
 
-def test_a_share_the_recipe_sets_stands_when_the_plan_allows_it(monkeypatch, capsys):
-    seen = {}
-
-    class Driver:
-        def __init__(self, cfg, *_args):
-            seen["cfg"] = cfg
-            raise _Started
-
-    monkeypatch.setattr(driver, "Driver", Driver)
-    monkeypatch.setattr(cli, "_route_output", lambda *_: None)
-    monkeypatch.setattr(memory_plan, "visible_gpu", lambda: None)
+def test_a_share_the_recipe_sets_stands_when_the_plan_allows_it(started, capsys):
     with pytest.raises(_Started):
         cli.main(["train", "arith_tiny", "memory.gpu_gib=24", "rollout.gpu_memory_utilization=0.3"])
-    assert seen["cfg"].rollout.gpu_memory_utilization == 0.3
+    assert started["cfg"].rollout.gpu_memory_utilization == 0.3
     assert capsys.readouterr().out.rstrip().endswith("rollout.gpu_memory_utilization=0.3 (the recipe's)")
 
 
-def test_a_share_that_starves_the_trainer_is_refused_in_one_line(monkeypatch, capsys):
-    monkeypatch.setattr(driver, "Driver", _never_started)
-    monkeypatch.setattr(memory_plan, "visible_gpu", lambda: None)
+def test_a_share_that_starves_the_trainer_is_refused_in_one_line(started, capsys):
     assert cli.main(["train", "arith_tiny", "memory.gpu_gib=8", "rollout.gpu_memory_utilization=0.95"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "rollout.gpu_memory_utilization=0.95" in err[0] and "leave it unset" in err[0]
+    assert "cfg" not in started
