@@ -51,6 +51,9 @@ QUIET: dict[str, str] = {
     "trl_vllm_version": r"TRL currently supports vLLM versions from",
     # torch's DataLoader (TRL's, in rl bench peer) asked to pin memory on a machine without an accelerator
     "cpu_pin_memory": r"'pin_memory' argument is set as true but no accelerator is found",
+    # at a run's end, vLLM's shutdown kills an engine core process that has not exited within its grace period:
+    # the run is over and nothing is lost
+    "vllm_shutdown_kill": r"\[shutdown\] Process manager: force killing remaining process",
 }
 _QUIET = re.compile("|".join(f"(?:{p})" for p in QUIET.values()))
 # engine and Ray INFO/DEBUG lines: vLLM's "INFO 11-24 20:24:23 [file.py:12]", Ray's "\tINFO file.py:50 --"

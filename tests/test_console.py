@@ -39,6 +39,10 @@ def test_engine_chatter_and_known_harmless_lines_are_not_shown():
         "versions from 0.22.0 to 0.31.0.",
         ".venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:759: UserWarning: 'pin_memory' argument "
         "is set as true but no accelerator is found, then device pinned memory won't be used.",
+        "(MainProcess pid=311) WARNING 11-26 11:13:33 [utils.py:648] [shutdown] Process manager: force killing "
+        "remaining processes count=1",
+        "(MainProcess pid=311) WARNING 11-26 11:13:33 [utils.py:653] [shutdown] Process manager: force killing "
+        "remaining process EngineCore pid 533",
         "",
     ]
     assert [line for line in hidden if shown(line)] == []

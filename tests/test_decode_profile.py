@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import math
 
 import pytest
 
@@ -58,7 +59,8 @@ def test_profile_through_the_engine(tmp_path):
     columns = profile["per_token_latency_by_output"]
     assert list(columns) == ["final", "delta", "interval4"]
     for name, column in columns.items():
-        assert len(column) == 3 and all(t > 0 for t in column), name
+        # a difference of two timings: one step's stall under a loaded machine can make a small batch's negative
+        assert len(column) == 3 and all(math.isfinite(t) for t in column) and max(column) > 0, name
         assert set(profile["fit_by_output"][name]) == {"a_s", "c_s_per_seq"}
     assert profile["per_token_latency_s"] == columns["final"]
     assert profile["engine"].startswith("vllm ") and profile["max_num_seqs"] == 8 and profile["enforce_eager"]
