@@ -17,23 +17,30 @@ from numpy.typing import ArrayLike
 from scipy import integrate, special
 
 
-def order_stat_cdf(p: ArrayLike, m: int, n: int) -> np.ndarray:
-    """P(X_(m) <= x) of n i.i.d. draws, given p = F(x)."""
-    _check(m, n)
+def order_stat_cdf(p: ArrayLike, m: int | np.ndarray, n: int) -> np.ndarray:
+    """P(X_(m) <= x) of n i.i.d. draws, given p = F(x) (``m`` may be an array of ranks, broadcast against ``p``)."""
+    _check(int(np.min(m)), n)
+    _check(int(np.max(m)), n)
     return special.betainc(m, n - m + 1, np.clip(np.asarray(p, dtype=float), 0.0, 1.0))
 
 
 def expected_order_stat(lengths: ArrayLike, m: int, n: int) -> float:
     """E[X_(m)] of n draws from the empirical distribution of ``lengths`` (exact, lengths >= 0)."""
+    return float(expected_order_stats(lengths, m, n)[-1])
+
+
+def expected_order_stats(lengths: ArrayLike, m: int, n: int) -> np.ndarray:
+    """E[X_(k)] for k = 1..m of n draws from the empirical distribution of ``lengths`` (exact, lengths >= 0)."""
     _check(m, n)
     values, counts = np.unique(np.asarray(lengths, dtype=float), return_counts=True)
     if values.size == 0 or values[0] < 0:
         raise ValueError("lengths must be non-empty and non-negative")
-    cdf = np.cumsum(counts) / counts.sum()
-    # F is flat between distinct values: integrate the survival function of X_(m) piece by piece.
+    below = np.concatenate(([0.0], np.cumsum(counts)[:-1] / counts.sum()))  # F just below each distinct value
+    # F is flat between distinct values: integrate the survival function of each X_(k) piece by piece.
     widths = np.diff(values, prepend=0.0)
-    survival = 1.0 - order_stat_cdf(np.concatenate(([0.0], cdf[:-1])), m, n)
-    return float(np.sum(widths * survival))
+    ranks = np.arange(1, m + 1)[:, None]
+    survival = 1.0 - order_stat_cdf(below[None, :], ranks, n)
+    return survival @ widths
 
 
 def expected_order_stat_cdf(cdf: Callable[[np.ndarray], ArrayLike], m: int, n: int, cap: float) -> float:

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 from rl.shaping.darts import DartsPolicy
-from rl.shaping.order_stats import expected_order_stat, mc_expected_order_stat
-from rl.shaping.spares import expected_order_stats, spare_value, worthwhile_launch
+from rl.shaping.order_stats import expected_order_stat, expected_order_stats, mc_expected_order_stat
+from rl.shaping.spares import spare_value, worthwhile_launch
 
 
 def test_expected_order_stats_agree_with_the_scalar_formula_and_monte_carlo():
