@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 from rl.kernels.token_logprobs import token_logprobs_reference
 from rl.kernels.triton_logprobs import triton_token_logprobs
-from rl.trainer.worker import TrainerSpec, TrainerWorker
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.worker import TrainerWorker
 
 from rl.types import Group, PromptRow, Sample
 

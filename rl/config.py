@@ -351,7 +351,7 @@ class TrainConfig(Strict):
     dp_balance: Literal["tokens", "groups"] = Field(
         default="tokens",
         description="how a step's batch is split over data-parallel ranks: tokens: samples balanced by token count "
-        "(Karmarkar-Karp, rl/balance.py); groups: whole groups round robin",
+        "(Karmarkar-Karp, rl/algorithm/balance.py); groups: whole groups round robin",
     )
     lora: LoraConfig | None = Field(
         default=None,
@@ -509,7 +509,7 @@ class MemoryConfig(Strict):
         default=None,
         gt=0,
         description="GiB of the one GPU the trainer and the rollout engines share, for the memory plan "
-        "(rl/memory_plan.py) that sets rollout.gpu_memory_utilization and refuses a run that cannot fit; None: "
+        "(rl/inputs/memory_plan.py) that sets rollout.gpu_memory_utilization and refuses a run that cannot fit; None: "
         "the GPU's free memory where a local run puts every actor on one GPU, else no plan. Set, it plans on "
         "any machine (a CPU one included: a dry check of a GPU run)",
     )
@@ -734,7 +734,7 @@ class ConfigKey(NamedTuple):
 def config_keys(model: type[BaseModel] | None = None, prefix: str = "") -> list[ConfigKey]:
     """Every config key in declaration order, nested sections expanded: an optional section (``train.lora``) or a
     list of them (``reward.functions``) is a key of its own, then its keys. The one source of ``--help-config``
-    and the generated reference page (``rl/config_reference.py``)."""
+    and the generated reference page (``rl/cli/config_reference.py``)."""
     keys = []
     for name, info in (model or RunConfig).model_fields.items():
         key = f"{prefix}{name}"

@@ -64,6 +64,15 @@ class RequestTrace:
             versions[start:end] = [version] * (min(end, len(self.tokens)) - start)
         return versions
 
+    @property
+    def generated(self) -> int:
+        """Tokens sampled so far (every token of a request is the model's)."""
+        return len(self.tokens)
+
+    def stop(self) -> list[str]:
+        """The ids to abort to stop this request: its own."""
+        return [self.request_id]
+
 
 class InferenceEngine(Protocol):
     """One engine serving many requests, each its own sample, with weights that change under it."""

@@ -1,12 +1,14 @@
 """Runs one prompt's group on one engine under a shaping controller.
 
-Every sample is its own request; each finish event goes to the controller, which answers which running samples
-to abort (in one batched abort). When the controller watches running samples (SART pruning, DARTS's long-slot
-deadline), the group is streamed and a look on the token clock (every k tokens of its longest running sample) shows
-the controller the running ones; otherwise nothing is streamed. With a model scorer (``score_texts``, a scorer
-worker bound to the prompt) each look scores the running samples in one awaited batch call, and the first completed
-sample is scored before the controller sees it (SART's phase-2 threshold); the event loop keeps serving every other
-group meanwhile.
+Every sample is its own request (``run_group``), or its own multi-turn episode (``run_episodes`` in
+rollout/workflow.py); both go through ``run_members``: each finish event goes to the controller, which answers which
+running samples to stop (their live requests in one batched abort). An episode's length is the tokens its model
+sampled over all its turns (tool results and tool time are no decode tokens). When the controller watches running
+samples (SART pruning, DARTS's long-slot deadline), the group is streamed and a look on the token clock (every k
+generated tokens of its longest running sample) shows the controller the running ones; otherwise nothing is
+streamed. With a model scorer (``score_texts``, a scorer worker bound to the prompt) each look scores the running
+samples in one awaited batch call, and the first completed sample is scored before the controller sees it (SART's
+phase-2 threshold); the event loop keeps serving every other group meanwhile.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from rl.rollout.engine import InferenceEngine, RequestTrace, SamplingSpec
 from rl.shaping.policy import Decision, FinishedSample, GroupController, RunningSample
@@ -25,6 +28,32 @@ from rl.types import Sample
 log = logging.getLogger("rl.rollout")
 
 ScoreFn = Callable[[list[str]], Awaitable[list[float]]]
+OnOutput = Callable[[RequestTrace], None]
+
+
+class Live(Protocol):
+    """One of a group's samples as the runner reads it while it runs: a request (``RequestTrace``) or a multi-turn
+    episode (``EpisodeTrace``)."""
+
+    request_id: str
+    finish_reason: str | None  # None while it runs
+    started: float
+    finished: float | None
+    resubmits: int
+
+    @property
+    def tokens(self) -> list[int]:
+        """Its tokens so far (what a scorer reads, decoded)."""
+        ...
+
+    @property
+    def generated(self) -> int:
+        """Tokens the model has sampled so far: the length the controller sees."""
+        ...
+
+    def stop(self) -> list[str]:
+        """Stop it for good; the ids of the engine requests to abort now."""
+        ...
 
 
 @dataclass
@@ -42,6 +71,11 @@ class GroupResult:
     timeline: list[tuple[int, float, float, str]] = field(default_factory=list)  # index, start, end, fate
     scored: int = 0  # texts scored by the scorer worker
     score_failures: int = 0  # scorer calls that failed (their samples went unscored: not pruned)
+
+    def lengths(self, samples: list[Sample]) -> list[int]:
+        """The generated lengths of some of its ``samples`` (an episode's: its model's tokens), as a shaping policy
+        observes them."""
+        return [self.all_lengths[s.index] for s in samples]
 
 
 @dataclass
@@ -75,51 +109,19 @@ async def run_group(
     progress_every_tokens: int = 0,
     score_texts: ScoreFn | None = None,
 ) -> GroupResult:
-    """Launch ``controller.plan.n_launch`` samples, apply the controller's decisions, return kept ones.
-
-    With ``progress_every_tokens`` (k > 0) the samples are streamed and the controller sees the running ones each
-    time the group's longest running sample passes a multiple of k tokens: decisions on the token clock, the same
-    on any device. Without, requests are not streamed and the controller sees finish events only. Texts are
-    decoded only for kept samples and for what a controller that ``reads_text`` is shown.
+    """Launch ``controller.plan.n_launch`` samples, one request each, apply the controller's decisions, return kept
+    ones (``run_members``). Texts are decoded for kept samples and for what a controller that ``reads_text`` is shown.
     """
     plan = controller.plan
-    t0 = time.monotonic()
     traces = [RequestTrace(request_id=f"{group_id}-{i}") for i in range(plan.n_launch)]
-    aborted: set[int] = set()
-    scorer = _Scorer(score_texts, group_id) if score_texts else None
-    reads_text = controller.reads_text and decode is not None
-    first_scored = False  # a completed sample went to the controller with its text and score (phase 2 needs one)
 
-    async def apply(decision: Decision) -> None:
-        todo = [i for i in decision.abort if i not in aborted and traces[i].finish_reason is None]
-        aborted.update(todo)
-        await engine.abort([traces[i].request_id for i in todo])
+    def launch(i: int, on_output: OnOutput | None) -> Awaitable[object]:
+        return engine.generate(traces[i], prompt_tokens, sampling, plan.priority, on_output)
 
-    position = {id(t): i for i, t in enumerate(traces)}
-    progressed = asyncio.Event()
-    on_output = (lambda _trace: progressed.set()) if progress_every_tokens > 0 else None
-    tasks = [asyncio.create_task(engine.generate(t, prompt_tokens, sampling, plan.priority, on_output)) for t in traces]
-    ticker = None
-    if on_output is not None:
-        read = decode if reads_text else _no_text
-        watch = _progress(traces, aborted, controller, apply, read, progress_every_tokens, scorer, progressed)
-        ticker = asyncio.create_task(watch)
-    try:
-        for next_done in asyncio.as_completed(tasks):
-            trace = await next_done
-            i = position[id(trace)]
-            text, score = "", None
-            if reads_text and not first_scored and trace.finish_reason == "stop" and i not in aborted:
-                text = decode(trace.tokens)
-                first_scored = scorer is None
-                if scorer:
-                    score = (await scorer([text]))[0]
-                    first_scored = score is not None
-            await apply(controller.on_finish(FinishedSample(i, len(trace.tokens), trace.finish_reason, text, score)))
-    finally:
-        if ticker:
-            ticker.cancel()
-    kept = controller.kept()
+    t0 = time.monotonic()
+    kept, scorer = await run_members(
+        engine, group_id, traces, launch, controller, decode, progress_every_tokens, score_texts
+    )
     samples = [
         Sample(
             index=i,
@@ -131,6 +133,83 @@ async def run_group(
         )
         for i in kept
     ]
+    return group_result(traces, kept, samples, controller, t0, scorer)
+
+
+async def run_members(
+    engine: InferenceEngine,
+    group_id: str,
+    traces: Sequence[Live],
+    launch: Callable[[int, OnOutput | None], Awaitable[object]],
+    controller: GroupController,
+    decode: Callable[[list[int]], str] | None = None,
+    progress_every_tokens: int = 0,
+    score_texts: ScoreFn | None = None,
+) -> tuple[list[int], _Scorer | None]:
+    """Run the group's samples (``launch(i, on_output)`` runs sample ``i``, whose live state is ``traces[i]``) under
+    ``controller``; returns the kept indices and the scorer used.
+
+    With ``progress_every_tokens`` (k > 0) the samples are streamed and the controller sees the running ones each
+    time the group's longest running sample passes a multiple of k generated tokens: decisions on the token clock,
+    the same on any device. Without, requests are not streamed and the controller sees finish events only. If a
+    sample's run raises, the others are stopped and their requests aborted before the error goes on.
+    """
+    aborted: set[int] = set()
+    scorer = _Scorer(score_texts, group_id) if score_texts else None
+    reads_text = controller.reads_text and decode is not None
+    first_scored = False  # a completed sample went to the controller with its text and score (phase 2 needs one)
+
+    async def apply(decision: Decision) -> None:
+        todo = [i for i in decision.abort if i not in aborted and traces[i].finish_reason is None]
+        aborted.update(todo)
+        await engine.abort([r for i in todo for r in traces[i].stop()])
+
+    async def run(i: int) -> int:
+        await launch(i, on_output)
+        return i
+
+    progressed = asyncio.Event()
+    on_output = (lambda _trace: progressed.set()) if progress_every_tokens > 0 else None
+    tasks = [asyncio.create_task(run(i)) for i in range(len(traces))]
+    ticker = None
+    if on_output is not None:
+        read = decode if reads_text else _no_text
+        watch = _progress(traces, aborted, controller, apply, read, progress_every_tokens, scorer, progressed)
+        ticker = asyncio.create_task(watch)
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            i = await next_done
+            trace = traces[i]
+            text, score = "", None
+            if reads_text and not first_scored and trace.finish_reason == "stop" and i not in aborted:
+                text = decode(trace.tokens)
+                first_scored = scorer is None
+                if scorer:
+                    score = (await scorer([text]))[0]
+                    first_scored = score is not None
+            finish = trace.finish_reason or "abort"
+            await apply(controller.on_finish(FinishedSample(i, trace.generated, finish, text, score)))
+    finally:
+        if ticker:
+            ticker.cancel()
+        pending = [t for t in tasks if not t.done()]
+        if pending:  # a sample's run raised (or the group was cancelled): nothing may keep running on the engine
+            await engine.abort([r for t in traces if t.finish_reason is None for r in t.stop()])
+            for task in pending:
+                task.cancel()
+    return controller.kept(), scorer
+
+
+def group_result(
+    traces: Sequence[Live],
+    kept: list[int],
+    samples: list[Sample],
+    controller: GroupController,
+    t0: float,
+    scorer: _Scorer | None,
+) -> GroupResult:
+    """The ``GroupResult`` of a group that ``run_members`` ran from ``t0``: its ``kept`` samples, every launched one's
+    generated length, fate and time span."""
     fates = {i: "kept" for i in kept}
     timeline = [
         (
@@ -144,10 +223,10 @@ async def run_group(
     return GroupResult(
         samples=samples,
         controller_stats=controller.stats(),
-        all_lengths=[len(t.tokens) for t in traces],
+        all_lengths=[t.generated for t in traces],
         finish_reasons=[t.finish_reason or "abort" for t in traces],
-        generated_tokens=sum(len(t.tokens) for t in traces),
-        kept_tokens=sum(len(s.tokens) for s in samples),
+        generated_tokens=sum(t.generated for t in traces),
+        kept_tokens=sum(traces[i].generated for i in kept),
         seconds=time.monotonic() - t0,
         resubmits=sum(t.resubmits for t in traces),
         timeline=timeline,
@@ -157,7 +236,7 @@ async def run_group(
 
 
 async def _progress(
-    traces: list[RequestTrace],
+    traces: Sequence[Live],
     aborted: set[int],
     controller: GroupController,
     apply: Callable[[Decision], Awaitable[None]],
@@ -166,21 +245,21 @@ async def _progress(
     scorer: _Scorer | None,
     progressed: asyncio.Event,
 ) -> None:
-    """Show the controller the running samples each time the longest of them passes a multiple of
-    ``every_tokens`` (woken by streamed outputs; several outputs between two looks make one look), each with its
-    text as ``read`` gives it."""
+    """Show the controller the running samples each time the longest of them passes a multiple of ``every_tokens``
+    generated tokens (woken by streamed outputs; several outputs between two looks make one look), each with its text
+    as ``read`` gives it."""
     next_look = every_tokens
     while True:
         await progressed.wait()
         progressed.clear()
         live = [i for i, t in enumerate(traces) if t.finish_reason is None and i not in aborted]
-        clock = max((len(traces[i].tokens) for i in live), default=0)
+        clock = max((traces[i].generated for i in live), default=0)
         if clock < next_look:
             continue
         next_look = (clock // every_tokens + 1) * every_tokens
         if not controller.prunable:
             continue
-        running = [RunningSample(i, len(traces[i].tokens), read(traces[i].tokens)) for i in live]
+        running = [RunningSample(i, traces[i].generated, read(traces[i].tokens)) for i in live]
         if scorer:
             running = await _scored(running, scorer)
         await apply(controller.on_progress(running))

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 
-from rl.prompting import PromptEncoder
+from rl.inputs.prompting import PromptEncoder
 
 Prompt = str | list[dict[str, str]]
 

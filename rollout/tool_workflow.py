@@ -6,6 +6,9 @@ sample again. The episode ends on a turn without calls, a turn that did not end 
 abort), a turn whose calls would pass ``max_tool_calls``, or when the next tokens would pass the episode's budget
 (``sampling.max_tokens``, model and tool tokens together, so prompt + episode stays within the engine's context).
 
+A stopped episode (the group's shaping controller stopped it, ``EpisodeTrace.stop``) ends at once: its decoding turn
+is aborted, a tool call it waits on is cancelled (a plain function's thread is left behind), and no turn follows.
+
 Invariants of the episode's ``Sample``: ``tokens`` are the sampled ids exactly as the engine returned them, with the
 results' ids between turns (nothing is decoded and re-encoded); ``loss_mask`` is 1 at sampled ids and 0 at result
 ids; ``logprobs`` are the sampler's at sampled ids and 0.0 at result ids; a result id carries the version of the
@@ -17,39 +20,17 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
-from rl.rollout.engine import InferenceEngine, RequestTrace, SamplingSpec
+from rl.rollout.engine import InferenceEngine, SamplingSpec
 from rl.rollout.tool_format import ChatTemplateFormat, Messages, ToolFormat
 from rl.rollout.tools import ToolBox, environment_tools, load_environment, load_tool
-from rl.rollout.workflow import Episode
+from rl.rollout.workflow import Episode, EpisodeTrace
 
 from rl.config import RolloutConfig
 from rl.types import PromptRow, Sample
-
-
-@dataclass
-class _Sequence:
-    """The episode's tokens as they are appended, with their per-token records."""
-
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-
-    def sampled(self, trace: RequestTrace, default_version: int) -> None:
-        self.tokens += trace.tokens
-        self.logprobs += trace.logprobs
-        self.mask += [1] * len(trace.tokens)
-        self.versions += trace.token_versions(default_version)
-
-    def appended(self, ids: list[int]) -> None:
-        self.tokens += ids
-        self.logprobs += [0.0] * len(ids)
-        self.mask += [0] * len(ids)
-        self.versions += [self.versions[-1]] * len(ids)
 
 
 class ToolWorkflow:
@@ -72,39 +53,44 @@ class ToolWorkflow:
         self.timeout_s = timeout_s
 
     async def run(
-        self, engine: InferenceEngine, request_id: str, index: int, row: PromptRow, sampling: SamplingSpec
+        self, engine: InferenceEngine, trace: EpisodeTrace, row: PromptRow, sampling: SamplingSpec
     ) -> Episode:
         env, box, prompt = self._start(row)
-        seq, turns, said = _Sequence(), 0, []
+        said: Messages = []
         while True:
-            budget = replace(sampling, max_tokens=sampling.max_tokens - len(seq.tokens))
-            trace = await engine.generate(RequestTrace(f"{request_id}-t{turns}"), prompt + seq.tokens, budget)
-            turns += 1
-            seq.sampled(trace, engine.version)
-            said.append({"role": "assistant", "content": self.format.decode(trace.tokens)})
-            finish = trace.finish_reason or "abort"
-            if finish != "stop" or not trace.tokens or trace.tokens[-1] != self.format.end_of_turn:
+            budget = replace(sampling, max_tokens=sampling.max_tokens - len(trace.ids))
+            turn = await trace.sample(engine, prompt + trace.ids, budget)
+            said.append({"role": "assistant", "content": self.format.decode(turn.tokens)})
+            finish = turn.finish_reason or "abort"
+            if trace.stopped or finish != "stop" or not turn.tokens or turn.tokens[-1] != self.format.end_of_turn:
                 break
-            calls = self.format.calls(trace.tokens)
+            calls = self.format.calls(turn.tokens)
             if not calls or box.stats.calls + len(calls) > self.max_tool_calls:
                 break
-            results = list(zip([c.name for c in calls], await asyncio.gather(*map(box.call, calls)), strict=True))
+            contents = await trace.unless_stopped(asyncio.gather(*map(box.call, calls)))
+            if contents is None:
+                break
+            results = list(zip([c.name for c in calls], contents, strict=True))
             said += [{"role": "tool", "name": name, "content": content} for name, content in results]
             ids = self.format.results(results)
-            if len(seq.tokens) + len(ids) >= sampling.max_tokens:
+            if len(trace.ids) + len(ids) >= sampling.max_tokens:
                 finish = "length"  # no room left for the results and a reply to them
                 break
-            seq.appended(ids)
+            trace.appended(ids)
         sample = Sample(
-            index=index,
-            tokens=seq.tokens,
-            logprobs=seq.logprobs,
-            versions=seq.versions,
-            finish_reason=finish,
-            text=self.format.decode(seq.tokens),
-            loss_mask=seq.mask,
+            index=trace.index,
+            tokens=trace.ids,
+            logprobs=trace.logprobs,
+            versions=trace.versions,
+            finish_reason=trace.end(finish),
+            text=self.format.decode(trace.ids),
+            loss_mask=trace.mask,
         )
-        return Episode(prompt, sample, turns=turns, tools=box.stats, environment=snapshot(env), messages=said)
+        return Episode(prompt, sample, turns=trace.turns, tools=box.stats, environment=snapshot(env), messages=said)
+
+    def prompt(self, row: PromptRow) -> list[int]:
+        """The ids an episode of ``row`` starts from, the tools' schemas included (an environment is reset first)."""
+        return self._start(row)[2]
 
     def _start(self, row: PromptRow) -> tuple[Any, ToolBox, list[int]]:
         """The episode's environment (a new instance, reset with ``row``; None without one), tools and prompt ids."""

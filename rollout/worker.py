@@ -6,7 +6,6 @@ load or a stats call never queues behind generation: they interleave at each ``a
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -15,7 +14,7 @@ from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_e
 from rl.rollout.group_runner import GroupResult, ScoreFn, run_group
 from rl.rollout.tool_workflow import ToolSettings
 from rl.rollout.vllm_adapter import configure_cpu_threads
-from rl.rollout.workflow import Episode, Workflow
+from rl.rollout.workflow import Episode, Workflow, kept_episodes, run_episodes
 from rl.shaping.policy import GroupController
 
 from rl.types import PromptRow
@@ -74,16 +73,26 @@ class RolloutWorker:
         )
 
     async def generate_episodes(
-        self, group_id: str, row: PromptRow, sampling: SamplingSpec, workflow: Workflow | ToolSettings, n: int
-    ) -> list[Episode]:
-        """``n`` episodes of ``row`` under ``workflow`` (multi-turn, tools), run concurrently; all of them returned.
-        ``ToolSettings`` are built here into a tool workflow on this worker's tokenizer."""
+        self,
+        group_id: str,
+        row: PromptRow,
+        sampling: SamplingSpec,
+        workflow: Workflow | ToolSettings,
+        controller: GroupController,
+        progress_every_tokens: int = 0,
+        score_texts: ScoreFn | None = None,
+    ) -> tuple[list[int], GroupResult, list[Episode]]:
+        """``generate_group`` for episodes of ``row`` under ``workflow`` (multi-turn, tools): their prompt ids, the
+        group's result and the kept episodes (``run_episodes``). ``ToolSettings`` are built here into a tool workflow
+        on this worker's tokenizer."""
         if isinstance(workflow, ToolSettings):
             if workflow not in self.workflows:
                 self.workflows[workflow] = workflow.build(self.tokenizer)
             workflow = self.workflows[workflow]
-        runs = [workflow.run(self.engine, f"{group_id}-{i}", i, row, sampling) for i in range(n)]
-        return list(await asyncio.gather(*runs))
+        prompt, result, episodes = await run_episodes(
+            self.engine, group_id, workflow, row, sampling, controller, self._decode, progress_every_tokens, score_texts
+        )
+        return prompt, result, kept_episodes(result, episodes)
 
     async def load_weights(self, weights: bytes | str, version: int, interrupt: bool = False) -> float:
         """Load new policy weights (safetensors bytes, or a safetensors file's path on this host); in-flight

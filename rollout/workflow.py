@@ -3,19 +3,28 @@
 ``SingleTurn`` is the plain sampler as a workflow (one request, every token the model's); ``ToolWorkflow``
 (rollout/tool_workflow.py) runs a tool-calling conversation. Either way the episode is one token sequence after its
 prompt, with the sampler's log-prob and a loss-mask bit per token, ready for the trainer as a ``Sample``.
+
+An episode runs on an ``EpisodeTrace``, its live state: the group runner reads its generated tokens and stops it as it
+does a single request's, so a shaping controller keeps, stops and prunes episodes by the tokens their model sampled
+over all turns (``run_episodes``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from rl.rollout.engine import InferenceEngine, RequestTrace, SamplingSpec
-from rl.rollout.group_runner import GroupResult
+from rl.rollout.group_runner import GroupResult, OnOutput, ScoreFn, group_result, run_members
 from rl.rollout.tools import ToolStats
+from rl.shaping.policy import GroupController
 
 from rl.types import PromptRow, Sample
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -36,13 +45,94 @@ class Episode:
         return len(self.sample.tokens) if mask is None else sum(mask)
 
 
+@dataclass
+class EpisodeTrace:
+    """An episode while it runs (``RequestTrace``'s multi-turn counterpart): its place in the group, its requests'
+    priority and listener, the turns and results appended so far with a log-prob, loss-mask bit and version per token,
+    the turn decoding now, and whether it was told to stop."""
+
+    request_id: str
+    index: int = 0  # its place in the group
+    priority: int = 0  # its requests' vLLM priority
+    on_output: OnOutput | None = None  # set: its turns are streamed to it
+    ids: list[int] = field(default_factory=list)  # the ended turns' sampled ids and the results' ids
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)  # 1: sampled, 0: a tool's result
+    versions: list[int] = field(default_factory=list)
+    current: RequestTrace | None = None  # the turn decoding now
+    turns: int = 0
+    finish_reason: str | None = None
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    resubmits: int = 0  # over its turns
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)  # set: it was told to stop
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.ids + self.current.tokens if self.current is not None else self.ids
+
+    @property
+    def generated(self) -> int:
+        """Tokens the model sampled so far, over all turns (the results' excluded)."""
+        return sum(self.mask) + (len(self.current.tokens) if self.current is not None else 0)
+
+    async def sample(self, engine: InferenceEngine, prompt_tokens: list[int], sampling: SamplingSpec) -> RequestTrace:
+        """Sample the next turn after ``prompt_tokens`` and append it, its ids exactly as the engine returned them
+        (mask 1, the sampler's log-probs and versions); returns its request."""
+        turn = self.current = RequestTrace(f"{self.request_id}-t{self.turns}")
+        self.turns += 1
+        await engine.generate(turn, prompt_tokens, sampling, self.priority, self.on_output)
+        self.current = None
+        self.ids += turn.tokens
+        self.logprobs += turn.logprobs
+        self.mask += [1] * len(turn.tokens)
+        self.versions += turn.token_versions(engine.version)
+        self.resubmits += turn.resubmits
+        return turn
+
+    def appended(self, ids: list[int]) -> None:
+        """Append a tool result's ids: mask 0, log-prob 0.0, the version of the sampled id before them."""
+        self.ids += ids
+        self.logprobs += [0.0] * len(ids)
+        self.mask += [0] * len(ids)
+        self.versions += [self.versions[-1]] * len(ids)
+
+    def stop(self) -> list[str]:
+        """Stop it for good: no turn starts after this; returns the turn to abort now (none between turns)."""
+        self._stop.set()
+        turn = self.current
+        return [turn.request_id] if turn is not None and turn.finish_reason is None else []
+
+    async def unless_stopped(self, work: Awaitable[T]) -> T | None:
+        """``work``'s result, or None (``work`` cancelled) once the episode is stopped: a stopped episode waits for
+        no tool call."""
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if self.stopped:
+            task.cancel()
+            return None
+        return task.result()
+
+    def end(self, finish: str) -> str:
+        """The episode ended with ``finish`` (``abort`` if it was stopped); returns that reason."""
+        self.finish_reason = "abort" if self.stopped else finish
+        self.finished = time.monotonic()
+        return self.finish_reason
+
+
 class Workflow(Protocol):
     """Produces one episode for one prompt row; the token budget is ``sampling.max_tokens`` for the whole episode."""
 
     async def run(
-        self, engine: InferenceEngine, request_id: str, index: int, row: PromptRow, sampling: SamplingSpec
+        self, engine: InferenceEngine, trace: EpisodeTrace, row: PromptRow, sampling: SamplingSpec
     ) -> Episode:
-        """Run the episode to its end; ``request_id`` names its engine requests, ``index`` is its place in the group."""
+        """Run the episode on ``trace`` (each turn ``trace.sample``) to its end, or until ``trace`` is stopped."""
 
 
 class SingleTurn:
@@ -53,48 +143,80 @@ class SingleTurn:
         self.decode = decode
 
     async def run(
-        self, engine: InferenceEngine, request_id: str, index: int, row: PromptRow, sampling: SamplingSpec
+        self, engine: InferenceEngine, trace: EpisodeTrace, row: PromptRow, sampling: SamplingSpec
     ) -> Episode:
         prompt = self.encode(row.prompt)
-        trace = await engine.generate(RequestTrace(request_id), prompt, sampling)
+        turn = await trace.sample(engine, prompt, sampling)
         sample = Sample(
-            index=index,
-            tokens=trace.tokens,
+            index=trace.index,
+            tokens=trace.ids,
             logprobs=trace.logprobs,
-            versions=trace.token_versions(engine.version),
-            finish_reason=trace.finish_reason or "abort",
-            text=self.decode(trace.tokens),
+            versions=trace.versions,
+            finish_reason=trace.end(turn.finish_reason or "abort"),
+            text=self.decode(trace.ids),
         )
         return Episode(prompt, sample, messages=[{"role": "assistant", "content": sample.text}])
 
 
-def episode_group(episodes: list[Episode], seconds: float) -> tuple[list[int], GroupResult]:
-    """A group's episodes as the single-turn path reports a group: their shared prompt ids and a ``GroupResult``
-    (every episode kept; the tool counts among the stats). Raises ``ValueError`` if the prompts differ (an
-    environment whose ``reset`` observation varies within a group: one group, one prompt)."""
-    prompt = episodes[0].prompt_tokens
-    if any(e.prompt_tokens != prompt for e in episodes):
+async def run_episodes(
+    engine: InferenceEngine,
+    group_id: str,
+    workflow: Workflow,
+    row: PromptRow,
+    sampling: SamplingSpec,
+    controller: GroupController,
+    decode: Callable[[list[int]], str] | None = None,
+    progress_every_tokens: int = 0,
+    score_texts: ScoreFn | None = None,
+) -> tuple[list[int], GroupResult, list[Episode]]:
+    """``run_group`` for episodes: launch ``controller.plan.n_launch`` episodes of ``row`` under ``workflow``; the
+    controller keeps, stops and prunes them by the tokens their model sampled. Returns their shared prompt ids, the
+    group's result (kept samples; tool counts over every launched episode among its stats) and every launched
+    episode, by index (the kept ones: ``kept_episodes``). A stopped episode's partial result is not kept; it is
+    counted ``aborted`` or ``pruned``.
+
+    Raises ``ValueError`` if the prompts differ (an environment whose ``reset`` observation varies within a group:
+    one group, one prompt)."""
+    plan = controller.plan
+    traces = [EpisodeTrace(f"{group_id}-{i}", i, plan.priority) for i in range(plan.n_launch)]
+    episodes: dict[int, Episode] = {}
+
+    async def launch(i: int, on_output: OnOutput | None) -> None:
+        traces[i].on_output = on_output
+        episodes[i] = await workflow.run(engine, traces[i], row, sampling)
+
+    t0 = time.monotonic()
+    kept, scorer = await run_members(
+        engine, group_id, traces, launch, controller, decode, progress_every_tokens, score_texts
+    )
+    ran = [episodes[i] for i in range(plan.n_launch)]
+    prompt = ran[0].prompt_tokens
+    if any(e.prompt_tokens != prompt for e in ran):
         raise ValueError("the episodes of one group have different prompts (an environment's reset() differed)")
-    samples = [e.sample for e in episodes]
+    result = group_result(traces, kept, [episodes[i].sample for i in kept], controller, t0, scorer)
+    result.controller_stats.update(tool_stats(ran))
+    return prompt, result, ran
+
+
+def kept_episodes(result: GroupResult, episodes: list[Episode]) -> list[Episode]:
+    """The episodes of ``result.samples``, in their order (``run_episodes``'s ``episodes``: all launched)."""
+    return [episodes[s.index] for s in result.samples]
+
+
+def environments(episodes: list[Episode]) -> dict[str, list[Any]]:
+    """TRL's ``environments`` reward argument of ``episodes`` (one a completion), for runs with an environment."""
+    return {"environments": [e.environment for e in episodes]} if any(e.environment for e in episodes) else {}
+
+
+def tool_stats(episodes: list[Episode]) -> dict[str, int]:
+    """What ``episodes`` cost in turns and tools: ``turns``, ``tool_calls``, ``tool_ms``, ``tool_failures_<reason>``."""
     failures: dict[str, int] = {}
     for e in episodes:
         for reason, n in e.tools.failures.items():
             failures[reason] = failures.get(reason, 0) + n
-    stats = {
-        "launched": len(episodes),
-        "kept": len(episodes),
+    return {
         "turns": sum(e.turns for e in episodes),
         "tool_calls": sum(e.tools.calls for e in episodes),
         "tool_ms": round(1000 * sum(e.tools.seconds for e in episodes)),
         **{f"tool_failures_{reason}": n for reason, n in sorted(failures.items())},
     }
-    result = GroupResult(
-        samples=samples,
-        controller_stats=stats,
-        all_lengths=[len(s.tokens) for s in samples],
-        finish_reasons=[s.finish_reason for s in samples],
-        generated_tokens=sum(e.generated_tokens for e in episodes),
-        kept_tokens=sum(e.generated_tokens for e in episodes),
-        seconds=seconds,
-    )
-    return prompt, result

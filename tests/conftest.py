@@ -99,7 +99,7 @@ def ray_session():
 @pytest.fixture(scope="session")
 def rollout_worker(ray_session, tiny_model_dir):
     """A real RolloutWorker actor with a vLLM engine on the tiny model (weights may change during tests)."""
-    from rl.rollout.vllm_adapter import EngineSpec
+    from rl.rollout.engine import EngineSpec
     from rl.rollout.worker import remote_rollout_worker
 
     worker = remote_rollout_worker(num_cpus=1).remote(EngineSpec(model=tiny_model_dir, max_model_len=128), "0")

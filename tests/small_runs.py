@@ -11,9 +11,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from rl.cli import recipe_path
+from rl.cli.common import recipe_path
 from rl.config import RunConfig, load_config
-from rl.fleet import Fleet
+from rl.loop.fleet import Fleet
 
 SMALL = [
     "train.batch_groups=4",
@@ -55,12 +55,12 @@ class Lent:
 def on_the_warm_engine(rollout_worker: Any) -> Callable[..., Fleet]:
     """An actor starter (``Driver(start_actors=...)``) that serves the run from the session's warm engine (the
     ``rollout_worker`` fixture) instead of starting one: the engine is given the base weights as version 0 first;
-    trainers, buffer and weight channel are the run's own real actors, as ``rl.actors.start_fleet`` makes them."""
+    trainers, buffer and weight channel are the run's own real actors, as ``rl.loop.actors.start_fleet`` makes them."""
     import ray
 
-    from rl.actors import start_buffer, start_trainers
-    from rl.fleet import RolloutPool
-    from rl.weight_channel import make_weight_channel
+    from rl.loop.actors import start_buffer, start_trainers
+    from rl.loop.fleet import RolloutPool
+    from rl.loop.weight_channel import make_weight_channel
 
     def start(cfg: RunConfig, model_dir: str, counters: Any) -> Fleet:
         r, s = cfg.rollout, cfg.shaping

@@ -1,7 +1,7 @@
 """The reward of the soak in the tests: ``arith_exact``, except that the first training groups' calls raise, return
-NaN and hang, one kind each, so that a soak of a few dozen steps strikes every reward fault (``rl.faults`` strikes a
-fixed share of calls: 2.4%, too few to count on in a short run). The fault log (``TAILOR_FAULT_LOG``) says which
-kinds have struck; evaluation calls (many prompts) and preflight's check (one completion) are never struck, as
+NaN and hang, one kind each, so that a soak of a few dozen steps strikes every reward fault (``rl.bench.faults``
+strikes a fixed share of calls: 2.4%, too few to count on in a short run). The fault log (``TAILOR_FAULT_LOG``) says
+which kinds have struck; evaluation calls (many prompts) and preflight's check (one completion) are never struck, as
 neither is counted among a run's reward failures."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rl.faults import FAULT_LOG_ENV, REWARD_FAULTS, strike
+from rl.bench.faults import FAULT_LOG_ENV, REWARD_FAULTS, strike
 from rl.rewards.math import arith_exact
 
 

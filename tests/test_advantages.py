@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from rl.advantages import ESTIMATORS, compute_advantages, group_advantages, is_group_local
+from rl.algorithm.advantages import ESTIMATORS, compute_advantages, group_advantages, is_group_local
 
 
 def test_group_advantages_hand_computed():

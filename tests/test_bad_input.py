@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from rl import cli, driver
+from rl.cli.main import main
 from rl.config import load_config
-from rl.console import run_summary
 from rl.data.stream import PromptStream
-from rl.preflight import BadInput, check_model_path, preflight, split_rows
+from rl.inputs.preflight import BadInput, check_model_path, preflight, split_rows
+from rl.loop import driver
+from rl.output.console import run_summary
 from rl.rewards.pool import RewardPool
 
 ROWS = [{"question": f"{a}+{b}=", "answer": str(a + b), "topic": "add"} for a in range(10) for b in range(10)]
@@ -75,7 +76,7 @@ def _train(capsys, recipe: str | Path, *overrides: str) -> tuple[int, str]:
     """``rl train`` in-process; returns the exit code and stderr, which must be one line without a traceback."""
     import ray
 
-    code = cli.main(["train", str(recipe), *overrides])
+    code = main(["train", str(recipe), *overrides])
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err
     assert not ray.is_initialized()
@@ -351,7 +352,10 @@ def nothing_starts(monkeypatch):
     import rl.bench.rollout
     import rl.bench.soak
     import rl.bench.train
-    import rl.offline_eval
+    import rl.cli.bench
+    import rl.cli.bench_decode
+    import rl.cli.main
+    import rl.evaluation.offline
 
     def tripwire(*_args, **_kwargs):
         raise AssertionError("bad input got past the checks: something would start")
@@ -362,8 +366,10 @@ def nothing_starts(monkeypatch):
     monkeypatch.setattr(driver.Driver, "run", async_tripwire)
     for module, name in [
         (ray, "init"),
-        (cli, "_route_output"),
-        (rl.offline_eval, "run_eval"),
+        (rl.cli.main, "route_output"),
+        (rl.cli.bench, "route_output"),
+        (rl.cli.bench_decode, "route_output"),
+        (rl.evaluation.offline, "run_eval"),
         (rl.bench.rollout, "run_rollout_bench"),
         (rl.bench.train, "run_train_bench"),
         (rl.bench.peer, "run_peer_bench"),
@@ -377,7 +383,7 @@ def nothing_starts(monkeypatch):
 def _run(argv: list[str]) -> int:
     """``rl.cli.main``; argparse's own errors exit (code 2) with its usage."""
     try:
-        return cli.main(argv)
+        return main(argv)
     except SystemExit as e:
         return e.code
 

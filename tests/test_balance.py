@@ -5,7 +5,7 @@ import random
 import pytest
 from synthetic import make_groups
 
-from rl.balance import balanced_shards, karmarkar_karp, round_robin_shards, shard_tokens
+from rl.algorithm.balance import balanced_shards, karmarkar_karp, round_robin_shards, shard_tokens
 from rl.types import Group, PromptRow, Sample
 
 

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 
 from rl.bench.cost_model import DecodeProfile, replay_runs
-from rl.cli import build_parser, cmd_bench_cost_model
+from rl.cli.bench_decode import cmd_bench_cost_model
+from rl.cli.main import build_parser
 
 LINEAR = DecodeProfile("test", "test", (1, 3), (1.0, 3.0))  # PTL(b) = b seconds
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from rl.balance import balanced_shards, round_robin_shards, shard_tokens
+from rl.algorithm.balance import balanced_shards, round_robin_shards, shard_tokens
 from rl.bench.dp_balance import BalanceBenchOptions, long_tail_batch
 
 pytestmark = pytest.mark.integration  # starts Ray and two trainer actors

@@ -9,7 +9,7 @@ import pytest
 from small_runs import SMALL
 
 from rl.bench.peer import summarize, tailor_points
-from rl.cli import main
+from rl.cli.main import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -163,7 +163,7 @@ def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path)
     # Tailor's runtime, no more of vLLM and Ray than TRL imports itself, torch threads as TRL leaves them
     in_bench = json.loads((tmp_path / "seed0" / "trl" / "run.json").read_text())["process"]
     alone = json.loads((tmp_path / "seed0" / "trl_standalone.json").read_text())["process"]
-    assert in_bench["pid"] != os.getpid() and "rl.driver" not in in_bench["modules"]
+    assert in_bench["pid"] != os.getpid() and "rl.loop.driver" not in in_bench["modules"]
     assert set(in_bench["modules"]) <= set(alone["modules"])
     assert in_bench["torch_threads"] == alone["torch_threads"] == trl["torch_threads"]
     check = saved["trl_standalone"]  # the first seed again, alone, for as many steps

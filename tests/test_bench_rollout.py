@@ -10,7 +10,9 @@ import pytest
 from rl.bench.cost_model import PROFILES_DIR, DecodeProfile, batch_rollout_time
 from rl.bench.records import SampleRecord, pass_metrics
 from rl.bench.summary import build_summary, markdown, ratios, reward_difference, stat
-from rl.cli import build_parser, cmd_bench_profile_decode, cmd_bench_rollout
+from rl.cli.bench import cmd_bench_rollout
+from rl.cli.bench_decode import cmd_bench_profile_decode
+from rl.cli.main import build_parser
 
 LINEAR = DecodeProfile("test", "test", (1, 3), (1.0, 3.0))  # PTL(b) = b seconds
 
@@ -193,7 +195,7 @@ def test_engine_kv_cache_covers_the_widest_mode(tiny_model_dir, monkeypatch):
 
 def test_a_recipe_brings_its_cuda_graph_setting_to_the_engine(tiny_model_dir):
     from rl.bench.rollout import RolloutBench, RolloutBenchConfig
-    from rl.cli import recipe_path
+    from rl.cli.common import recipe_path
 
     def eager(**kw) -> bool:
         return RolloutBench(RolloutBenchConfig(prompts=2, **kw), tiny_model_dir).engine_spec().enforce_eager
@@ -217,7 +219,7 @@ def test_each_repeat_sends_its_own_prompts(tiny_model_dir):
 
 def test_recipe_prompt_source(tiny_model_dir):
     from rl.bench.rollout import RolloutBench, RolloutBenchConfig
-    from rl.cli import recipe_path
+    from rl.cli.common import recipe_path
     from rl.config import load_config
     from rl.data.source import dataset_rows
 
@@ -239,7 +241,7 @@ def test_recipe_prompt_source(tiny_model_dir):
 
 def test_recipe_options_on_the_command_line(monkeypatch, capsys):
     import rl.bench.rollout
-    from rl.cli import build_parser
+    from rl.cli.main import build_parser
 
     seen = {}
     monkeypatch.setattr(
@@ -273,7 +275,8 @@ def test_recipe_options_on_the_command_line(monkeypatch, capsys):
 @pytest.fixture(scope="module")
 def bench_engine(tiny_model_dir):
     """One vLLM engine on the tiny model, on an event loop of its own (AsyncLLM is bound to one loop)."""
-    from rl.rollout.vllm_adapter import EngineSpec, VllmEngine
+    from rl.rollout.engine import EngineSpec
+    from rl.rollout.vllm_adapter import VllmEngine
 
     loop = asyncio.new_event_loop()
 
@@ -382,7 +385,7 @@ def test_cli_shaping_knobs_are_validated_before_any_engine(capsys):
 @pytest.mark.integration
 def test_real_bench_run_on_a_recipe(bench_engine, tmp_path):
     from rl.bench.rollout import RolloutBenchConfig, run_rollout_bench_async
-    from rl.cli import recipe_path
+    from rl.cli.common import recipe_path
 
     loop, engine = bench_engine
     cfg = RolloutBenchConfig(
@@ -399,3 +402,50 @@ def test_real_bench_run_on_a_recipe(bench_engine, tmp_path):
     assert run["metrics"]["kept"] == 6 and run["metrics"]["rewarded"] == 6  # the recipe's rewards scored them
     assert result["reward"] == "1×arith_exact + 1×arith_steps"
     assert "recipe `arith_tiny`" in (tmp_path / "bench_rollout.md").read_text()
+
+
+def turn_length(text: str) -> str:
+    """The turn's length.
+
+    Args:
+        text: the turn
+    """
+    return str(len(text))
+
+
+@pytest.mark.integration
+def test_bench_reports_episodes_with_and_without_shaping(bench_engine, tiny_model_dir, tmp_path):
+    """Episodes with a tool (the tiny model's test format), plain beside darts+sart: every record carries its turns,
+    tool calls and seconds in tools; the metrics and the table give them per episode."""
+    from rl.rollout.tool_workflow import ToolWorkflow
+    from tool_chat import EveryTurnCalls
+    from transformers import AutoTokenizer
+
+    from rl.bench.rollout import RolloutBench, RolloutBenchConfig
+
+    loop, engine = bench_engine
+    calls = EveryTurnCalls(AutoTokenizer.from_pretrained(tiny_model_dir), ["turn_length"])
+    workflow = ToolWorkflow(calls, [turn_length], None, max_tool_calls=2, timeout_s=5.0)
+    cfg = RolloutBenchConfig(prompts=2, m_keep=2, max_tokens=40, modes=["plain", "darts+sart"], out_dir=tmp_path)
+    runs = loop.run_until_complete(RolloutBench(cfg, tiny_model_dir, workflow).run(engine))
+    for run in runs:
+        samples, m = run["samples"], run["metrics"]
+        assert m["kept"] == 4 and m["launched"] == len(samples) >= 4, run["mode"]
+        assert any(s["turns"] >= 2 and s["tool_calls"] >= 1 and s["tool_s"] > 0 for s in samples), run["mode"]
+        assert all(s["tool_calls"] == s["turns"] - 1 or s["turns"] == 3 for s in samples), run["mode"]
+        assert m["turns_per_episode"] == pytest.approx(np.mean([s["turns"] for s in samples]))
+        assert m["decode_tokens_per_episode"] == pytest.approx(np.mean([s["length"] for s in samples]))
+        assert m["tool_s_per_episode"] > 0 and m["tool_calls_per_episode"] > 0
+    table = markdown(build_summary(runs))
+    assert "Per launched episode" in table and "| darts+sart |" in table.split("Per launched episode")[1]
+
+
+def test_a_tool_recipe_refuses_the_single_turn_raw_mode():
+    from rl.bench.rollout import RolloutBenchConfig
+    from rl.cli.main import recipe_path
+
+    recipe = recipe_path("calculator_qwen2.5-0.5b")
+    with pytest.raises(ValueError, match="mode raw is single-turn; the recipe's tools make episodes"):
+        RolloutBenchConfig(recipe=recipe, modes=["raw", "plain"])
+    assert RolloutBenchConfig(recipe=recipe, modes=["plain", "darts+sart"]).modes == ["plain", "darts+sart"]
+    assert RolloutBenchConfig(recipe=recipe, modes=["raw"], recipe_overrides=["rollout.tools=[]"]).modes == ["raw"]

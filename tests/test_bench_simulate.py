@@ -20,7 +20,7 @@ from rl.bench.simulate import (
     simulate_run_file,
 )
 from rl.bench.simulator import EngineModel, LinearStep, Looks
-from rl.cli import main
+from rl.cli.main import main
 
 MODES = ["plain", "darts+sart@long_wait=1.5"]
 

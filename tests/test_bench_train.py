@@ -10,9 +10,9 @@ import pytest
 from small_runs import SMALL, on_the_warm_engine
 
 from rl.bench.train import TrainVariant, parse_variant, run_train_bench, variant_configs
-from rl.cli import recipe_path
-from rl.metrics import read_records
-from rl.processes import wait_for
+from rl.cli.common import recipe_path
+from rl.loop.processes import wait_for
+from rl.output.metrics import read_records
 
 COMMON = [*SMALL, "train.max_steps=2"]
 

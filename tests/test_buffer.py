@@ -2,8 +2,8 @@ import asyncio
 
 import pytest
 
-from rl.admission import AdmissionControl
-from rl.buffer import TrajectoryBuffer
+from rl.loop.admission import AdmissionControl
+from rl.loop.buffer import TrajectoryBuffer
 from rl.types import Group, PromptRow, Sample
 
 

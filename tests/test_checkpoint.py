@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from rl import checkpoint
-from rl.checkpoint import CheckpointError, resume_config
-from rl.cli import recipe_path
+from rl.cli.common import recipe_path
 from rl.config import load_config
-from rl.metrics import MetricsLogger
+from rl.loop import checkpoint
+from rl.loop.checkpoint import CheckpointError, resume_config
+from rl.output.metrics import MetricsLogger
 
 
 def _run(tmp_path, *overrides):
@@ -130,8 +130,8 @@ def test_tensorboard_of_a_resumed_run_holds_each_step_once(tmp_path):
 def test_resume_refuses_when_the_training_rows_changed(tmp_path):
     """The stream's positions index the training rows: a checkpoint written over other rows is refused, in one line,
     before any actor starts."""
-    from rl.driver import Driver
-    from rl.preflight import RunInputs
+    from rl.inputs.preflight import RunInputs
+    from rl.loop.driver import Driver
     from rl.types import PromptRow
 
     rows = [PromptRow(f"p{i}", f"{i}+1=", str(i + 1)) for i in range(4)]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rl.cli import parse_args
+from rl.cli.main import parse_args
 
 
 def test_overrides_after_the_options_join_those_before_them():

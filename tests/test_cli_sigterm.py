@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rl.processes import alive, descendants, wait_for
+from rl.loop.processes import alive, descendants, wait_for
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 

@@ -1,4 +1,4 @@
-"""The loopback cluster's bookkeeping (rl/cluster.py) without Ray: addresses, and a stop that ends only the
+"""The loopback cluster's bookkeeping (rl/loop/cluster.py) without Ray: addresses, and a stop that ends only the
 cluster's own processes and files."""
 
 import subprocess
@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from rl import cluster
+from rl.loop import cluster
 
 
 def test_nodes_start_above_the_machines_own_loopback():

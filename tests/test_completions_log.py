@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rl.completions import completion_rows, table
-from rl.metrics import MetricsLogger, summarize_groups
+from rl.output.completions import completion_rows, table
+from rl.output.metrics import MetricsLogger, summarize_groups
 from rl.types import Group, PromptRow, RewardLog, Sample
 
 

@@ -4,7 +4,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from rl.cli import recipe_path
+from rl.cli.common import recipe_path
 from rl.config import load_config
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rl.cli.config_reference import PAGE, render
 from rl.config import RunConfig, TrainConfig, config_keys
-from rl.config_reference import PAGE, render
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_checked_in_page_is_current():
     page = (ROOT / PAGE).read_text(encoding="utf-8")
-    assert page == render(), f"{PAGE} is stale: run `python -m rl.config_reference > {PAGE}`"
+    assert page == render(), f"{PAGE} is stale: run `python -m rl.cli.config_reference > {PAGE}`"
 
 
 def test_page_has_every_key_and_description_of_help_config():

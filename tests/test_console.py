@@ -1,6 +1,6 @@
 """The console shows Tailor's lines: engine chatter and known-harmless warnings go to OUT/logs/, faults stay visible.
 
-The unit tests drive ``rl.console`` directly; the integration tests run ``rl train``, ``rl eval`` and
+The unit tests drive ``rl.output.console`` directly; the integration tests run ``rl train``, ``rl eval`` and
 ``rl bench rollout`` on the tiny model in a subprocess and read their whole console.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rl.console import ConsoleFilter, LineSieve, run_summary, shown, step_postfix
+from rl.output.console import ConsoleFilter, LineSieve, run_summary, shown, step_postfix
 
 WEIGHT_LOAD_WARNING = "Failed to load weights"
 
@@ -89,7 +89,7 @@ def test_route_sends_fd_output_to_the_log_and_only_faults_to_the_console(tmp_pat
         f"""
         import os, subprocess, sys
         from pathlib import Path
-        from rl.console import route
+        from rl.output.console import route
         route(Path({str(tmp_path / "logs")!r}))
         os.write(2, b"WARNING 11-24 20:24:54 [layerwise.py:266] RotaryEmbedding: Failed to load weights\\n")
         subprocess.run([sys.executable, "-c", "import sys; print('ERROR child failed', file=sys.stderr)"])
@@ -180,7 +180,7 @@ def test_records_before_routing_are_sieved_unless_verbose():
     notices, logged or Python warnings, stay off the console then too, Tailor's own lines and real warnings do not;
     --verbose shows everything."""
     code = (
-        "import logging, sys; from rl.cli import start_logging; start_logging(verbose=sys.argv[1] == 'v'); "
+        "import logging, sys; from rl.cli.main import start_logging; start_logging(verbose=sys.argv[1] == 'v'); "
         "logging.getLogger('math_verify.parser').warning('Timeout is disabled as parsing_timeout is None or <= 0'); "
         "logging.getLogger('somelib').warning('a real fault'); logging.getLogger('somelib').info('chatter'); "
         "logging.getLogger('rl.driver').info('tailor line'); import warnings; "

@@ -8,7 +8,8 @@ import pytest
 
 from rl.bench.cost_model import DecodeProfile
 from rl.bench.decode_profile import check_options, fit_line, output_modes, streaming_cost
-from rl.cli import build_parser, cmd_bench_profile_decode
+from rl.cli.bench_decode import cmd_bench_profile_decode
+from rl.cli.main import build_parser
 
 
 def test_fit_line_recovers_an_exact_line():

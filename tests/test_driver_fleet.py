@@ -14,11 +14,11 @@ from ray.exceptions import RayActorError
 from rl.rollout.group_runner import GroupResult
 from small_runs import small_run
 
-from rl.buffer import TrajectoryBuffer
-from rl.driver import Driver
-from rl.fleet import Fleet, RolloutPool
+from rl.loop.buffer import TrajectoryBuffer
+from rl.loop.driver import Driver
+from rl.loop.fleet import Fleet, RolloutPool
+from rl.loop.weight_channel import SyncReport
 from rl.types import Sample
-from rl.weight_channel import SyncReport
 
 
 class Remote:
@@ -193,7 +193,7 @@ def test_groups_in_flight_at_the_end_stay_open_instead_of_failing(tmp_path, capl
 
 
 def test_engines_and_trainers_share_the_gpus_when_there_are_fewer_gpus_than_actors():
-    from rl.actors import gpu_share
+    from rl.loop.actors import gpu_share
 
     assert gpu_share(0, 2) == 0.0  # CPU cluster
     assert gpu_share(1, 2) == 0.5  # one GPU: one engine and one trainer side by side

@@ -10,8 +10,8 @@ import statistics
 import pytest
 from small_runs import on_the_warm_engine, small_run
 
-import rl.driver
-from rl.driver import run_training
+import rl.loop.steps
+from rl.loop.driver import run_training
 
 SHORTNESS = '''
 def shortness(prompts, completions, **columns):
@@ -61,13 +61,13 @@ def test_reward_rises(ray_session, rollout_worker, tiny_model_dir, tmp_path, mod
 
 @pytest.mark.integration
 def test_negated_advantages_fail_the_canary(ray_session, rollout_worker, tiny_model_dir, tmp_path, monkeypatch):
-    assign = rl.driver.assign_advantages
+    assign = rl.loop.steps.assign_advantages
 
     def negated(estimator, groups):
         assign(estimator, groups)
         for group in groups:
             group.advantages = [-a for a in group.advantages]
 
-    monkeypatch.setattr(rl.driver, "assign_advantages", negated)
+    monkeypatch.setattr(rl.loop.steps, "assign_advantages", negated)
     first, last = reward_curve(rollout_worker, tmp_path, "negated", "train.max_staleness=1")
     assert not last > first + 0.2, (first, last)

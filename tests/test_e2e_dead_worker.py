@@ -16,7 +16,7 @@ from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
 from small_runs import small_run
 
-from rl.driver import Driver
+from rl.loop.driver import Driver
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 

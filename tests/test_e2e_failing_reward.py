@@ -3,7 +3,7 @@
 import pytest
 from small_runs import on_the_warm_engine, small_run
 
-from rl.driver import run_training
+from rl.loop.driver import run_training
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 

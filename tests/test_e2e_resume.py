@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from small_runs import on_the_warm_engine, small_run
 
-from rl import checkpoint
 from rl.data.stream import PromptStream
-from rl.driver import Driver, RunFailed
-from rl.metrics import read_records
-from rl.preflight import preflight
-from rl.processes import alive, kill_tree, wait_for
+from rl.inputs.preflight import preflight
+from rl.loop import checkpoint
+from rl.loop.driver import Driver, RunFailed
+from rl.loop.processes import alive, kill_tree, wait_for
+from rl.output.metrics import read_records
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ import pytest
 from small_runs import on_the_warm_engine, small_run
 from wandb_files import history, wandb_records
 
-from rl.driver import run_training
+from rl.loop.driver import run_training
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from small_runs import SMALL, on_the_warm_engine, small_run
 
-from rl import cli
-from rl.driver import run_training
-from rl.report import write_report
+from rl.cli.main import main
+from rl.loop.driver import run_training
+from rl.output.report import write_report
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def _trl_style_data(path: Path) -> Path:
 
 
 def _train(tmp_path: Path, capsys, *overrides: str) -> tuple[int, str, str]:
-    code = cli.main(["train", "arith_tiny", f"output_dir={tmp_path}", "name=run", *SMALL, *overrides])
+    code = main(["train", "arith_tiny", f"output_dir={tmp_path}", "name=run", *SMALL, *overrides])
     out, err = capsys.readouterr()
     return code, out, err
 

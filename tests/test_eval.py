@@ -6,11 +6,11 @@ import math
 import numpy as np
 import pytest
 
-from rl.cli import recipe_path
+from rl.cli.common import recipe_path
 from rl.config import load_config
 from rl.data.arith import make_split
-from rl.evaluation import ProblemRecord, k_values, pass_at_k, summarize
-from rl.offline_eval import EvalSettings, recipe_for_dataset, resolve_eval_model, run_eval
+from rl.evaluation.held_out import ProblemRecord, k_values, pass_at_k, summarize
+from rl.evaluation.offline import EvalSettings, recipe_for_dataset, resolve_eval_model, run_eval
 from rl.rewards.math import arith_exact, arith_steps
 
 

@@ -1,12 +1,13 @@
-"""Injected faults (rl/faults.py) strike as asked and only then; orphaned weight exports are cleaned up."""
+"""Injected faults (rl/bench/faults.py) strike as asked and only then; orphaned weight exports are cleaned up."""
 
 import math
 import os
 
 import pytest
+from rl.trainer.hooks import HOOKS_ENV, loss_hooks
 
-from rl import faults
-from rl.weight_channel import SHARED_DIR, SHARED_PREFIX, remove_orphaned_exports
+from rl.bench import faults
+from rl.loop.weight_channel import SHARED_DIR, SHARED_PREFIX, remove_orphaned_exports
 
 
 def test_nan_loss_only_at_scheduled_steps(monkeypatch):
@@ -14,6 +15,18 @@ def test_nan_loss_only_at_scheduled_steps(monkeypatch):
     assert not faults.scheduled("nan_loss", 30)
     monkeypatch.setenv(faults.FAULTS_ENV, "nan_loss@30,nan_loss@31")
     assert [s for s in range(1, 40) if faults.scheduled("nan_loss", s)] == [30, 31]
+
+
+def test_the_nan_loss_fault_reaches_the_trainer_only_through_its_hook(monkeypatch):
+    monkeypatch.delenv(HOOKS_ENV, raising=False)
+    assert loss_hooks() == []  # an ordinary run: the trainer imports no fault
+    monkeypatch.setenv(HOOKS_ENV, "rl.bench.faults:nan_loss")
+    monkeypatch.setenv(faults.FAULTS_ENV, "nan_loss@3")
+    (hook,) = loss_hooks()
+    assert math.isnan(hook(1.0, 3)) and hook(1.0, 2) == 1.0
+    monkeypatch.setenv(HOOKS_ENV, "rl.bench.faults:no_such_hook")
+    with pytest.raises(ImportError, match="no_such_hook"):
+        loss_hooks()
 
 
 def test_reward_faults_strike_their_share_and_are_logged(monkeypatch, tmp_path):

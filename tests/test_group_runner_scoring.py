@@ -26,13 +26,19 @@ class FakeEngine:
         self.traces: list[RequestTrace] = []
         self.streamed: list[bool] = []  # each request's ``stream`` argument
 
+    def script(self, trace: RequestTrace) -> list[int]:
+        """The ids request ``trace`` streams unless aborted."""
+        index = int(trace.request_id.rsplit("-", 1)[1])
+        return [index] * self.lengths[index]
+
     async def generate(self, trace: RequestTrace, prompt_tokens, sampling, priority=0, on_output=None) -> RequestTrace:
         self.traces.append(trace)
         self.streamed.append(on_output is not None)
-        index = int(trace.request_id.rsplit("-", 1)[1])
-        while len(trace.tokens) < self.lengths[index] and trace.request_id not in self.aborted:
+        for token in self.script(trace):
+            if trace.request_id in self.aborted:
+                break
             await asyncio.sleep(self.step_s)
-            trace.tokens.append(index)
+            trace.tokens.append(token)
             trace.logprobs.append(-1.0)
             if on_output is not None:
                 on_output(trace)

@@ -5,7 +5,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
-from rl.cli import main
+from rl.cli.main import main
 from rl.config import RunConfig
 
 

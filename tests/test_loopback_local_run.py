@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from rl.actors import LOOPBACK_ENV, start_ray
 from rl.config import load_config
+from rl.loop.actors import LOOPBACK_ENV, start_ray
 
 
 def _is_loopback(address: str) -> bool:
@@ -46,7 +46,7 @@ RAY_FACTS = """
 import json, psutil, ray
 from ray._private import worker
 from ray._private.authentication.authentication_utils import is_token_auth_enabled
-from rl.actors import start_ray
+from rl.loop.actors import start_ray
 from rl.config import load_config
 start_ray(load_config(None, []))
 FLAGS = ("--disable-frontend", "--modules-to-load=UsageStatsHead")

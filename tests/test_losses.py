@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from rl.losses import STAT_KEYS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
+from rl.algorithm.losses import STAT_KEYS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
 
 L = math.log
 NAN = float("nan")

@@ -1,4 +1,4 @@
-"""The GPU memory plan (rl/memory_plan.py): its arithmetic against hand-computed figures for the SmolLM2-135M,
+"""The GPU memory plan (rl/inputs/memory_plan.py): its arithmetic against hand-computed figures for the SmolLM2-135M,
 Qwen2.5-1.5B and Qwen2.5-7B shapes (full fine-tuning, LoRA, gradient checkpointing), against the train-step peaks
 recorded on an H100 (benchmarks/gpu/), and ``rl train`` printing it or refusing a run in one line before any actor."""
 
@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from rl import cli, driver, memory_plan
+import rl.cli.main
+from rl.cli.common import recipe_path
+from rl.cli.main import main
 from rl.config import load_config
-from rl.memory_plan import (
+from rl.inputs import memory_plan
+from rl.inputs.memory_plan import (
     CUDA_CONTEXT_BYTES,
     GIB,
     VLLM_CUDA_GRAPH_BYTES,
@@ -23,6 +26,7 @@ from rl.memory_plan import (
     refusal,
     trainer_need,
 )
+from rl.loop import driver
 from rl.model_shapes import SHAPES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +118,7 @@ def test_engine_holds_weights_kv_cache_for_every_sequence_and_vllms_overhead():
 
 
 def test_a_plan_that_fits_gives_the_engine_its_need_and_half_the_spare():
-    cfg = load_config(cli.recipe_path("arith_smollm2"))
+    cfg = load_config(recipe_path("arith_smollm2"))
     plan = make_plan(SMOL, cfg, budget=70 * GIB, total=80 * GIB)
     assert plan.fits
     assert plan.need == plan.trainer.peak + plan.engine.total + 2 * CUDA_CONTEXT_BYTES
@@ -219,14 +223,14 @@ def started(monkeypatch) -> dict:
             raise _Started
 
     monkeypatch.setattr(driver, "Driver", Driver)
-    monkeypatch.setattr(cli, "_route_output", lambda *_: None)
+    monkeypatch.setattr(rl.cli.main, "route_output", lambda *_: None)
     monkeypatch.setattr(memory_plan, "visible_gpu", lambda: None)  # the same on a machine with a GPU
     return seen
 
 
 def test_rl_train_prints_the_plan_and_hands_the_engine_its_share(started, capsys):
     with pytest.raises(_Started):
-        cli.main(["train", "arith_tiny", "memory.gpu_gib=24"])
+        main(["train", "arith_tiny", "memory.gpu_gib=24"])
     out = capsys.readouterr().out.splitlines()
     line = next(line for line in out if line.startswith("memory plan: "))
     share = float(line.rsplit("rollout.gpu_memory_utilization=", 1)[1])
@@ -236,20 +240,20 @@ def test_rl_train_prints_the_plan_and_hands_the_engine_its_share(started, capsys
 
 def test_rl_train_without_a_gpu_or_budget_plans_nothing(started, capsys):
     with pytest.raises(_Started):
-        cli.main(["train", "arith_tiny"])
+        main(["train", "arith_tiny"])
     assert "memory plan" not in capsys.readouterr().out
     assert started["cfg"].rollout.gpu_memory_utilization == 0.5
 
 
 def test_a_share_the_recipe_sets_stands_when_the_plan_allows_it(started, capsys):
     with pytest.raises(_Started):
-        cli.main(["train", "arith_tiny", "memory.gpu_gib=24", "rollout.gpu_memory_utilization=0.3"])
+        main(["train", "arith_tiny", "memory.gpu_gib=24", "rollout.gpu_memory_utilization=0.3"])
     assert started["cfg"].rollout.gpu_memory_utilization == 0.3
     assert capsys.readouterr().out.rstrip().endswith("rollout.gpu_memory_utilization=0.3 (the recipe's)")
 
 
 def test_a_share_that_starves_the_trainer_is_refused_in_one_line(started, capsys):
-    assert cli.main(["train", "arith_tiny", "memory.gpu_gib=8", "rollout.gpu_memory_utilization=0.95"]) == 2
+    assert main(["train", "arith_tiny", "memory.gpu_gib=8", "rollout.gpu_memory_utilization=0.95"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "rollout.gpu_memory_utilization=0.95" in err[0] and "leave it unset" in err[0]
     assert "cfg" not in started

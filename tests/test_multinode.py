@@ -1,5 +1,5 @@
-"""`rl train` on a four-node Ray cluster on loopback addresses (rl/cluster.py): the trainer's two FSDP2 ranks on two
-worker nodes, an engine on the head and one on the fourth node, weights crossing nodes through the object store,
+"""`rl train` on a four-node Ray cluster on loopback addresses (rl/loop/cluster.py): the trainer's two FSDP2 ranks on
+two worker nodes, an engine on the head and one on the fourth node, weights crossing nodes through the object store,
 the engines' log-probs still the trainer's after every sync, and the fourth node lost mid-run."""
 
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rl import cluster
+from rl.loop import cluster
 
 pytestmark = pytest.mark.integration  # starts a Ray cluster, real vLLM and torch
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rl.off_policy import MAX_LOG_WEIGHT, ess_lr_scale, ess_ratio, sequence_weights, token_weights
+from rl.algorithm.off_policy import MAX_LOG_WEIGHT, ess_lr_scale, ess_ratio, sequence_weights, token_weights
 
 
 def test_ess_ratio_equal_weights_is_one():

@@ -4,8 +4,8 @@ import pytest
 from pydantic import ValidationError
 
 from rl.config import PlacementConfig, load_config
-from rl.placement import SLIVER, actor_options, check, node_resources, on_live_nodes, resource_of
-from rl.preflight import BadInput
+from rl.inputs.preflight import BadInput
+from rl.loop.placement import SLIVER, actor_options, check, node_resources, on_live_nodes, resource_of
 
 CLUSTER = {"CPU": 6.0, "node:127.0.0.2": 1.0, "node:127.0.0.3": 1.0, "node:__internal_head__": 1.0, "gpu_box": 1.0}
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rl.cli import RECIPES_DIR
+from rl.cli.common import RECIPES_DIR
 from rl.config import load_config
 from rl.data.source import dataset_rows
 from rl.rewards.loading import load_reward_fn

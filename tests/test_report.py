@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rl.cli import main
-from rl.report import load_run, summary_rows, write_report
+from rl.cli.main import main
+from rl.output.report import load_run, summary_rows, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALL_PLOTS = {"reward", "response_length", "tokens", "staleness", "weight_sync", "throughput", "optimization"}

@@ -91,12 +91,13 @@ def test_load_errors_name_spec_and_problem(tmp_path: Path, spec: str, message: s
 
 
 def test_a_sigterm_while_a_reward_imports_still_stops_the_command(tmp_path):
-    """A user's ``sys.exit`` on import is a failed import (one line); the exit a SIGTERM asks for (``rl.cli`` raises
-    ``Terminated`` from its handler, here raised where the import would be when the signal lands) goes through."""
-    from rl.processes import Terminated
+    """A user's ``sys.exit`` on import is a failed import (one line); the exit a SIGTERM asks for (``rl.cli.main``
+    raises ``Terminated`` from its handler, here raised where the import would be when the signal lands) goes
+    through."""
+    from rl.loop.processes import Terminated
 
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")
-    (tmp_path / "signalled.py").write_text("from rl.processes import Terminated\nraise Terminated(143)\n")
+    (tmp_path / "signalled.py").write_text("from rl.loop.processes import Terminated\nraise Terminated(143)\n")
     with pytest.raises(ValueError, match="SystemExit: 3"):
         load_reward_fn(f"{tmp_path / 'exits.py'}:r")
     with pytest.raises(Terminated) as stopped:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rl.config import load_config
-from rl.preflight import BadInput, check_reward_model
+from rl.inputs.preflight import BadInput, check_reward_model
 from rl.rewards.loading import load_reward_fn
 from rl.rewards.model import RewardModelSpec
 from rl.rewards.pool import RewardPool

@@ -9,45 +9,30 @@ and the chat-template rendering are tested in test_tool_workflow.py.
 """
 
 import asyncio
+import itertools
 import sys
 import time
 
 import pytest
 import ray
+import tool_chat
 from rl.rollout.engine import SamplingSpec
 from rl.rollout.tool_workflow import ToolWorkflow
-from rl.rollout.tools import ToolCall
+from rl.shaping.factory import make_policy
+from rl.shaping.plain import PlainController
+from rl.shaping.policy import GroupPlan
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
 from small_runs import base_weights
+from tool_chat import EveryTurnCalls
 
 from rl.types import PromptRow
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the tools and format below travel to the actor
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the tools below travel to the actor
+ray.cloudpickle.register_pickle_by_value(tool_chat)  # and the format
 
 ROW = PromptRow("t", "3+1=", "4")
-
-
-class EveryTurnCalls:
-    """A tool format in the tiny model's alphabet: a turn ending on EOS calls every tool in ``names`` with
-    ``text=<the turn>``; results are appended as ``;`` and their digits."""
-
-    def __init__(self, tokenizer, names: list[str]) -> None:
-        self.tokenizer, self.names, self.end_of_turn = tokenizer, names, tokenizer.eos_token_id
-
-    def prompt(self, messages, schemas) -> list[int]:
-        return self.tokenizer(messages[-1]["content"])["input_ids"]
-
-    def calls(self, ids: list[int]) -> list[ToolCall]:
-        return [ToolCall(name, {"text": self.decode(ids)}) for name in self.names]
-
-    def results(self, results: list[tuple[str, str]]) -> list[int]:
-        digits = "".join(";" + "".join(c for c in content if c.isdigit()) for _, content in results)
-        return self.tokenizer(digits, add_special_tokens=False)["input_ids"]
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def length(text: str) -> str:
@@ -101,9 +86,9 @@ def episodes(worker, tokenizer, tools, tag: str, timeout_s: float = 5.0, n: int 
     names = [t.__name__ for t in tools]
     workflow = ToolWorkflow(EveryTurnCalls(tokenizer, names), tools, None, max_tool_calls=2, timeout_s=timeout_s)
     for attempt in range(3):
-        group = ray.get(
-            worker.generate_episodes.remote(f"{tag}-{attempt}", ROW, SamplingSpec(max_tokens=max_tokens), workflow, n)
-        )
+        plain = PlainController(GroupPlan("t", n, n))
+        sampling = SamplingSpec(max_tokens=max_tokens)
+        _, _, group = ray.get(worker.generate_episodes.remote(f"{tag}-{attempt}", ROW, sampling, workflow, plain))
         multi = [e for e in group if e.turns >= 2]
         if multi:
             return multi
@@ -155,3 +140,96 @@ def test_trainer_logprobs_equal_the_engines_on_a_multi_turn_episode(rollout_work
     gaps = [abs(a - b) for a, b, m in zip(recomputed, s.logprobs, s.loss_mask, strict=True) if m == 1]
     assert 1 in s.loss_mask[s.loss_mask.index(0) :]  # a sampled turn after a tool's result is compared too
     assert max(gaps) < 1e-3, f"largest gap {max(gaps)}"
+
+
+NAPS = itertools.count()  # tool calls made in this pickled copy: the actor's, one group's
+
+
+async def fast_then_slow(text: str) -> str:
+    """The text's length: the group's first two calls at once, every later one after 30 s.
+
+    Args:
+        text: any text
+    """
+    if next(NAPS) >= 2:
+        await asyncio.sleep(30)
+    return str(len(text))
+
+
+def test_darts_sart_keeps_the_first_m_episodes_and_stops_the_rest(rollout_worker, tokenizer):
+    """darts+sart (in warm-up: keep the first M, stop the rest) over 4 episodes of one tool call each: the two whose
+    call answers at once finish, the two whose call hangs 30 s are stopped in it; the group ends at once with M kept
+    and no request left on the engine."""
+    policy = make_policy("darts+sart", 2, avg_redundancy=2.0, n_min=4, n_max=4, warmup_steps=1)
+    controller = policy.controller(policy.plan(["t"])[0])
+    workflow = ToolWorkflow(EveryTurnCalls(tokenizer, ["fast_then_slow"]), [fast_then_slow], None, 1, 60.0)
+    t0 = time.monotonic()
+    run = rollout_worker.generate_episodes.remote("shaped", ROW, SamplingSpec(max_tokens=80), workflow, controller, 4)
+    _, result, kept = ray.get(run)
+    assert time.monotonic() - t0 < 20
+    stats = result.controller_stats
+    assert stats["launched"] == 4 and stats["kept"] == len(kept) == 2 and stats["aborted"] + stats["pruned"] >= 1
+    assert all(e.turns == 2 and e.tools.calls == 1 and e.sample.finish_reason == "stop" for e in kept)
+    assert [result.all_lengths[e.sample.index] for e in kept] == [e.generated_tokens for e in kept]
+    assert result.finish_reasons.count("abort") == stats["aborted"] + stats["pruned"]
+    assert ray.get(rollout_worker.stats.remote())["unfinished"] == 0
+
+
+async def nap_then_length(text: str) -> str:
+    """The text's length, after 3 s.
+
+    Args:
+        text: any text
+    """
+    await asyncio.sleep(3)
+    return str(len(text))
+
+
+@pytest.mark.parametrize("interrupt", [False, True], ids=["keep", "resubmit"])
+def test_a_weight_sync_mid_episode_follows_partial_rollouts(rollout_worker, tokenizer, tiny_model_dir, interrupt):
+    """``rollout.partial_rollouts`` holds for episodes as for single samples: an episode a sync lands in (in its first
+    turn, kept running or aborted and resubmitted, or in its tool call) goes on under the new weights, its tokens
+    carrying the version each was sampled under, old then new; none is dropped."""
+    blob = base_weights(tiny_model_dir)
+    old = ray.get(rollout_worker.stats.remote())["version"]
+    workflow = ToolWorkflow(EveryTurnCalls(tokenizer, ["nap_then_length"]), [nap_then_length], None, 1, 10.0)
+    plain = PlainController(GroupPlan("t", 4, 4))
+    run = rollout_worker.generate_episodes.remote(f"sync-{interrupt}", ROW, SamplingSpec(80), workflow, plain)
+    while ray.get(rollout_worker.stats.remote())["unfinished"] == 0:  # the first turns are decoding
+        time.sleep(0.01)
+    try:
+        ray.get(rollout_worker.load_weights.remote(blob, old + 1, interrupt))
+        _, result, kept = ray.get(run)
+    finally:
+        ray.get(rollout_worker.load_weights.remote(blob, old))
+    assert len(kept) == 4 and "abort" not in result.finish_reasons
+    multi = [e.sample for e in kept if e.turns == 2]  # an episode may start after the sync: all its tokens new
+    assert all(s.versions == sorted(s.versions) and s.versions[-1] == old + 1 for s in multi)
+    assert any(s.versions[0] == old for s in multi), "the sync landed in no multi-turn episode"
+
+
+SAW_TOOL = """
+def saw_tool(completions, **columns):
+    return [float(any(m["role"] == "tool" for m in c)) for c in completions]
+"""
+
+
+def test_held_out_evaluation_runs_episodes_with_tools(rollout_worker, tokenizer, tiny_model_dir, tmp_path):
+    """With tools, evaluation runs each problem's samples as episodes whose calls run, as training does: the rewards
+    read the episodes' messages (here: correct when a tool answered), lengths are the model's tokens."""
+    from rl.evaluation.held_out import sample_and_score
+    from rl.inputs.prompting import PromptEncoder
+    from rl.rewards.pool import RewardPool
+
+    (tmp_path / "saw.py").write_text(SAW_TOOL)
+    pool = RewardPool([(f"{tmp_path / 'saw.py'}:saw_tool", 1.0)], 0)
+    workflow = ToolWorkflow(EveryTurnCalls(tokenizer, ["length"]), [length], None, max_tool_calls=1, timeout_s=5.0)
+    rows = [PromptRow(f"e{i}", f"{i}+1=", str(i + 1)) for i in range(4)]
+    encoder = PromptEncoder(tiny_model_dir)
+    try:
+        run = sample_and_score(rows, [rollout_worker], encoder, pool, SamplingSpec(80, 0.0), "tools", 2, tools=workflow)
+        records = asyncio.run(run)
+    finally:
+        pool.close()
+    assert [len(r.correct) for r in records] == [2] * 4 and any(c for r in records for c in r.correct)
+    assert all(0 < n < 80 for r in records for n in r.lengths)

@@ -10,9 +10,9 @@ import pytest
 from rl.rollout.tool_workflow import ToolSettings
 from tool_chat import byte_chat_tokenizer
 
-from rl.cli import RECIPES_DIR
+from rl.cli.common import RECIPES_DIR
 from rl.config import load_config
-from rl.preflight import BadInput, preflight
+from rl.inputs.preflight import BadInput, preflight
 
 TOOLS = '''
 def add(a: int, b: int) -> int:
@@ -88,6 +88,12 @@ def test_tools_and_environment_pass_and_the_schemas_count_in_prompts(tmp_path):
     assert '"name": "multiply"' in inputs.encoder.tokenizer.decode(inputs.encoder.encode(row.prompt))
 
 
+@pytest.mark.parametrize("policy", ["darts", "sart", "darts+sart"])
+def test_shaping_policies_shape_episodes(tmp_path, policy):
+    """DARTS and SART run per episode (``run_episodes``): a tool run takes any shaping policy."""
+    assert preflight(_config(tmp_path, f"shaping.policy={policy}")).encoder.tools
+
+
 @pytest.mark.parametrize(
     "overrides, renders_tools, message",
     [
@@ -95,12 +101,11 @@ def test_tools_and_environment_pass_and_the_schemas_count_in_prompts(tmp_path):
         (["rollout.tools=[{tools}:undocumented]"], True, r"^rollout\.tools\.0: .*undocumented cannot be a tool"),
         (["rollout.environment={tools}:add"], True, r"^rollout\.environment: .*with no arguments failed: TypeError"),
         (["rollout.tools=[{tools}:add, {tools}:add]"], True, r"two tools named 'add'"),
-        (["shaping.policy=darts"], True, r"shaping\.policy=plain only so far, not 'darts'"),
         (["data.chat=false"], True, r"need chat prompts .* set data\.chat=true"),
         ([], False, r"^model\.path '.*': its chat template does not render tools"),
         (["reward.functions=[{fn: '{tools}:env_reward'}]", "rollout.environment=null"], True, r"environments"),
     ],
-    ids=["missing", "undocumented", "env-not-a-class", "same-name", "darts", "text-prompts", "template", "no-env"],
+    ids=["missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "no-env"],
 )
 def test_bad_tool_setups_get_one_line_errors(tmp_path, overrides, renders_tools, message):
     tools = tmp_path / "tools.py"

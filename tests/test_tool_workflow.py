@@ -10,12 +10,14 @@ from rl.rollout.engine import RequestTrace, SamplingSpec
 from rl.rollout.tool_format import ChatTemplateFormat
 from rl.rollout.tool_workflow import ToolWorkflow
 from rl.rollout.tools import ToolBox, ToolCall, ToolStats, load_environment, load_tool
-from rl.rollout.workflow import Episode, SingleTurn, episode_group
+from rl.rollout.workflow import Episode, EpisodeTrace, SingleTurn, run_episodes
+from rl.shaping.plain import PlainController
+from rl.shaping.policy import GroupPlan
 from rl.trainer.batching import collate
 from tool_chat import byte_chat_tokenizer
 
-from rl.losses import LossSpec, policy_loss
-from rl.metrics import summarize_groups
+from rl.algorithm.losses import LossSpec, policy_loss
+from rl.output.metrics import summarize_groups
 from rl.types import Group, PromptRow, Sample
 
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
@@ -105,7 +107,7 @@ class ScriptedEngine:
 
 def run(workflow, engine, max_tokens=400, row=None):
     row = row or PromptRow("p", [{"role": "user", "content": "2+3?"}], "7")
-    return asyncio.run(workflow.run(engine, "e", 0, row, SamplingSpec(max_tokens=max_tokens)))
+    return asyncio.run(workflow.run(engine, EpisodeTrace("e"), row, SamplingSpec(max_tokens=max_tokens)))
 
 
 # the format
@@ -249,11 +251,30 @@ def test_single_turn_is_one_request_with_every_token_the_models(fmt):
     turn = ids(fmt, f"Let me add. {CALL}") + [fmt.end_of_turn]
     engine = ScriptedEngine([turn, [7]])
     row = PromptRow("p", "2+3=", "5")
-    episode = asyncio.run(SingleTurn(lambda p: ids(fmt, p), fmt.decode).run(engine, "e", 4, row, SamplingSpec(400)))
+    single = SingleTurn(lambda p: ids(fmt, p), fmt.decode)
+    episode = asyncio.run(single.run(engine, EpisodeTrace("e", index=4), row, SamplingSpec(400)))
     assert engine.prompts == [ids(fmt, "2+3=")] and episode.prompt_tokens == ids(fmt, "2+3=")
     assert episode.sample.tokens == turn and episode.sample.index == 4 and episode.sample.loss_mask is None
     assert episode.turns == 1 and episode.tools.calls == 0 and episode.generated_tokens == len(turn)
     assert episode.messages == [{"role": "assistant", "content": f"Let me add. {CALL}"}]
+
+
+class Canned:
+    """A workflow whose episodes are given, one per index (their trace fed their sampled tokens), on no engine."""
+
+    version = 0
+
+    def __init__(self, episodes: list[Episode]) -> None:
+        self.episodes = episodes
+
+    async def run(self, engine, trace, row, sampling) -> Episode:
+        episode = self.episodes[trace.index]
+        trace.ids, trace.mask = episode.sample.tokens, episode.sample.loss_mask
+        trace.end(episode.sample.finish_reason)
+        return episode
+
+    async def abort(self, request_ids: list[str]) -> None:
+        assert not request_ids
 
 
 def test_a_groups_episodes_report_as_one_group_with_tool_counts():
@@ -261,23 +282,30 @@ def test_a_groups_episodes_report_as_one_group_with_tool_counts():
         sample = Sample(0, list(range(len(mask))), [0.0] * len(mask), [0] * len(mask), "stop", loss_mask=mask)
         return Episode(list(prompt), sample, turns=1 + calls, tools=ToolStats(calls, failures, 0.25))
 
+    def group(episodes):
+        canned = Canned(episodes)
+        plan = GroupPlan("p", len(episodes), len(episodes))
+        run = run_episodes(canned, "g", canned, PromptRow("p", "", ""), SamplingSpec(400), PlainController(plan))
+        return asyncio.run(run)
+
     episodes = [episode([1, 1, 0, 0, 0, 1], 1, {"timeout": 1}), episode([1, 1], 0, {})]
-    prompt, result = episode_group(episodes, seconds=2.0)
-    assert prompt == [1, 2] and result.generated_tokens == result.kept_tokens == 3 + 2
+    prompt, result, ran = group(episodes)
+    assert prompt == [1, 2] and ran == episodes and result.generated_tokens == result.kept_tokens == 3 + 2
+    assert result.all_lengths == [3, 2]
     assert result.controller_stats == {
-        "launched": 2,
+        **PlainController(GroupPlan("p", 2, 2)).stats(),
         "kept": 2,
         "turns": 3,
         "tool_calls": 1,
         "tool_ms": 500,
         "tool_failures_timeout": 1,
     }
-    group = Group(PromptRow("p", "", ""), prompt, result.samples, [1.0, -1.0], stats=dict(result.controller_stats))
-    group.samples[0].reward = 1.0
-    metrics = summarize_groups([group], trainer_version=0)
+    group_ = Group(PromptRow("p", "", ""), prompt, result.samples, [1.0, -1.0], stats=dict(result.controller_stats))
+    group_.samples[0].reward = 1.0
+    metrics = summarize_groups([group_], trainer_version=0)
     assert metrics["kept_tokens"] == 5 and metrics["tool_calls"] == 1 and metrics["tool_failures_timeout"] == 1
     with pytest.raises(ValueError, match="different prompts"):
-        episode_group([episodes[0], episode([1], 0, {}, prompt=(1, 3))], seconds=1.0)
+        group([episodes[0], episode([1], 0, {}, prompt=(1, 3))])
 
 
 def test_tool_tokens_carry_no_gradient():

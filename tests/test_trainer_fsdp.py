@@ -13,8 +13,8 @@ from rl.trainer.worker import TrainerWorker
 from synthetic import make_groups
 from test_weight_sync import PROMPT_TEXT, sample_once
 
-from rl.actors import form_process_group
-from rl.balance import balanced_shards
+from rl.algorithm.balance import balanced_shards
+from rl.loop.actors import form_process_group
 from rl.types import Group, PromptRow
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
@@ -125,7 +125,7 @@ def test_sharded_checkpoint_round_trips_in_the_single_rank_format(ray_session, t
 
 
 def test_gathered_weights_give_vllm_the_sharded_trainers_logprobs(rollout_worker, tiny_model_dir, encode):
-    from rl.weight_channel import CpuWeightChannel
+    from rl.loop.weight_channel import CpuWeightChannel
 
     prompt = encode(PROMPT_TEXT)
     workers = _ranks(TrainerSpec(model=tiny_model_dir, lr=5e-2))

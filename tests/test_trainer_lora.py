@@ -10,10 +10,10 @@ from small_runs import small_run
 from synthetic import make_groups
 from transformers import AutoModelForCausalLM
 
-from rl.checkpoint import latest_checkpoint
 from rl.config import LoraConfig
-from rl.driver import run_training
-from rl.metrics import read_records
+from rl.loop.checkpoint import latest_checkpoint
+from rl.loop.driver import run_training
+from rl.output.metrics import read_records
 
 LORA = LoraConfig(rank=4, alpha=8.0, target_modules=["q_proj", "v_proj", "down_proj"])
 
@@ -73,11 +73,11 @@ def test_a_lora_run_serves_the_adapter_syncs_and_checkpoints(ray_session, tiny_m
 
 
 def test_auto_lora_sync_is_merged_on_cpu_and_adapter_on_gpus(monkeypatch, tmp_path):
-    import rl.actors
+    import rl.loop.actors
 
     cfg = small_run(tmp_path, "auto", "train.lora.rank=4")
     assert cfg.train.lora.sync == "auto"
     for gpus, expected in ((False, "merged"), (True, "adapter")):
-        monkeypatch.setattr(rl.actors, "_has_gpus", lambda gpus=gpus: gpus)
-        assert rl.actors.resolve_lora_sync(cfg).train.lora.sync == expected
-    assert rl.actors.resolve_lora_sync(small_run(tmp_path, "full")).train.lora is None
+        monkeypatch.setattr(rl.loop.actors, "_has_gpus", lambda gpus=gpus: gpus)
+        assert rl.loop.actors.resolve_lora_sync(cfg).train.lora.sync == expected
+    assert rl.loop.actors.resolve_lora_sync(small_run(tmp_path, "full")).train.lora is None

@@ -8,7 +8,7 @@ from rl.trainer.engine import TrainerSpec
 from rl.trainer.fsdp_engine import FSDPEngine, even_chunks
 from synthetic import make_groups
 
-from rl.losses import LossSpec
+from rl.algorithm.losses import LossSpec
 
 
 def parameters(worker: FSDPEngine) -> list[torch.Tensor]:

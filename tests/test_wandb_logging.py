@@ -8,7 +8,7 @@ import pytest
 from wandb_files import history, wandb_records
 
 from rl.config import RunConfig, load_config
-from rl.metrics import MetricsLogger
+from rl.output.metrics import MetricsLogger
 
 pytest.importorskip("wandb")
 
@@ -39,7 +39,7 @@ def test_wandb_is_a_config_section_and_not_imported_unless_configured(tmp_path):
     with pytest.raises(ValueError, match="mode"):
         load_config(None, ["logging.wandb.project=p", "logging.wandb.mode=sometimes"])
     code = (
-        "import sys; from pathlib import Path; from rl.metrics import MetricsLogger; "
+        "import sys; from pathlib import Path; from rl.output.metrics import MetricsLogger; "
         f"MetricsLogger(Path({str(tmp_path)!r}), tensorboard=False).close(); print('wandb' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from rl.weight_channel import NativeWeightChannel, make_weight_channel
+from rl.loop.weight_channel import NativeWeightChannel, make_weight_channel
 
 
 class Method:
@@ -65,7 +65,7 @@ def test_engines_resume_even_when_the_send_fails():
 def test_nccl_on_a_cluster_without_gpus_fails_before_any_actor(ray_session, tiny_model_dir, tmp_path):
     from small_runs import small_run
 
-    from rl.driver import Driver
+    from rl.loop.driver import Driver
 
     driver = Driver(small_run(tmp_path, "nccl", "weight_sync.transport=nccl"))
     with pytest.raises(ValueError, match="needs GPUs"):

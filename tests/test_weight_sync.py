@@ -152,7 +152,7 @@ def test_channel_syncs_through_a_shared_memory_file(rollout_worker, tiny_model_d
     import asyncio
     from pathlib import Path
 
-    from rl.weight_channel import CpuWeightChannel
+    from rl.loop.weight_channel import CpuWeightChannel
 
     prompt = encode(PROMPT_TEXT)
     trainer = ray.remote(TrainerWorker).remote(TrainerSpec(model=tiny_model_dir, lr=5e-2))

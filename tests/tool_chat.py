@@ -1,9 +1,12 @@
-"""A byte-level tokenizer with a Qwen-style tool-calling chat template, built offline in milliseconds (for tests of
-the ``<tool_call>`` format without a hub model)."""
+"""Test-only tool formats: a byte-level tokenizer with a Qwen-style tool-calling chat template, built offline in
+milliseconds (for tests of the ``<tool_call>`` format without a hub model), and ``EveryTurnCalls``, a format the tiny
+model's alphabet can spell (for episodes on the real engine)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from rl.rollout.tools import ToolCall
 
 TEMPLATE = (
     "{% if tools %}<|im_start|>system{{ '\\n' }}Tools:"
@@ -35,3 +38,24 @@ def byte_chat_tokenizer() -> Any:
     fast.add_tokens(["<tool_call>", "</tool_call>"])
     fast.chat_template = TEMPLATE
     return fast
+
+
+class EveryTurnCalls:
+    """A tool format in the tiny model's alphabet: a turn ending on EOS calls every tool in ``names`` with
+    ``text=<the turn>``; results are appended as ``;`` and their digits."""
+
+    def __init__(self, tokenizer, names: list[str]) -> None:
+        self.tokenizer, self.names, self.end_of_turn = tokenizer, names, tokenizer.eos_token_id
+
+    def prompt(self, messages, schemas) -> list[int]:
+        return self.tokenizer(messages[-1]["content"])["input_ids"]
+
+    def calls(self, ids: list[int]) -> list[ToolCall]:
+        return [ToolCall(name, {"text": self.decode(ids)}) for name in self.names]
+
+    def results(self, results: list[tuple[str, str]]) -> list[int]:
+        digits = "".join(";" + "".join(c for c in content if c.isdigit()) for _, content in results)
+        return self.tokenizer(digits, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)

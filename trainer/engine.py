@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
+from rl.algorithm.losses import LossSpec
 from rl.config import AlgorithmConfig, LoraConfig, RunConfig, TrainConfig
-from rl.losses import LossSpec
 from rl.types import Group
 
 if TYPE_CHECKING:

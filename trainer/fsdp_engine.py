@@ -26,11 +26,11 @@ from rl.kernels.token_entropy import token_entropy
 from rl.kernels.token_logprobs import token_logprobs
 from rl.trainer.batching import Row, TokenBatch, collate, cut_micro_batches, rows_of
 from rl.trainer.engine import TrainerSpec
+from rl.trainer.hooks import loss_hooks
 
-from rl import faults
+from rl.algorithm.losses import MAX_STATS, empty_stats, finalize_stats, merge_stats, policy_loss
+from rl.algorithm.off_policy import ess_lr_scale
 from rl.config import LoraConfig
-from rl.losses import MAX_STATS, empty_stats, finalize_stats, merge_stats, policy_loss
-from rl.off_policy import ess_lr_scale
 from rl.types import Group
 
 
@@ -118,6 +118,7 @@ class FSDPEngine:
         self.optimizer = self._make_optimizer()
         self.sharded = False  # FSDP2 over the data-parallel ranks (``shard``)
         self.version = 0
+        self.loss_hooks = loss_hooks()
         self._waited = 0.0  # this step's seconds waiting for other ranks (``dp_wait_s``)
         self._reset_accumulation()
 
@@ -254,7 +255,6 @@ class FSDPEngine:
         t0 = time.monotonic()
         self.model.train()
         spec = self.spec.loss
-        nan_loss = faults.scheduled("nan_loss", self.version + 1)  # off unless the fault soak asks for it
         idle = self._idle_count(len(batches))  # before any gather, so the collectives line up
         for i, batch in enumerate(batches):
             logprobs, entropy = self._forward(self.model, batch, entropy=spec.entropy_coef > 0)
@@ -272,7 +272,9 @@ class FSDPEngine:
                 ref_logprobs=reference,
                 entropy=entropy,
             )
-            loss = out.loss * math.nan if nan_loss else out.loss
+            loss = out.loss
+            for hook in self.loss_hooks:  # none unless TAILOR_TRAINER_HOOKS names some (the fault soak does)
+                loss = hook(loss, self.version + 1)
             self._before_backward(last=i == len(batches) - 1)
             loss.backward()
             self._positions += batch.input_ids.numel()
@@ -372,7 +374,7 @@ class FSDPEngine:
 
     def _gpu_peak(self) -> dict[str, float]:
         """On a GPU, ``gpu_peak_gib``: the most this rank's torch has held allocated since it started (what the memory
-        plan's trainer figure estimates, rl/memory_plan.py); nothing on CPU."""
+        plan's trainer figure estimates, rl/inputs/memory_plan.py); nothing on CPU."""
         if self.device.type != "cuda":
             return {}
         return {"gpu_peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30}

@@ -14,9 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rl.cli import recipe_path
+from rl.cli.common import recipe_path
 from rl.config import load_config
-from rl.memory_plan import GIB, ModelShape, engine_need, model_shape, trainer_need, visible_gpu
+from rl.inputs.memory_plan import GIB, ModelShape, engine_need, model_shape, trainer_need, visible_gpu
 from rl.models import resolve_model
 
 VLLM_LINES = {  # vLLM 0.26's start-up log: what it measured, in GiB, and the KV cache in tokens

@@ -56,7 +56,7 @@ for d in rollout trainer shaping kernels recipes; do cp -r "$d" "/root/tl/rl/$d"
 export PYTHONPATH=/root/tl:$site
 cd /root/work
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$OUT/log.txt"
-python3 -c "import torch, vllm, ray, rl.cli; print('torch', torch.__version__, 'vllm', vllm.__version__, 'ray', ray.__version__)" \
+python3 -c "import torch, vllm, ray, rl.cli.main; print('torch', torch.__version__, 'vllm', vllm.__version__, 'ray', ray.__version__)" \
   2>&1 | tail -3 | tee -a "$OUT/log.txt"
 
 run() {  # run NAME SECONDS COMMAND...: time-limited, output to /root/res/NAME.log, its tail to log.txt

@@ -18,7 +18,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from rl.balance import balanced_shards, round_robin_shards, shard_tokens
+from rl.algorithm.balance import balanced_shards, round_robin_shards, shard_tokens
 from rl.config import RunConfig
 from rl.types import Group, PromptRow, Sample
 
@@ -72,7 +72,7 @@ def run_dp_balance_bench(cfg: RunConfig, model_dir: str, opts: BalanceBenchOptio
     """Both modes on the same batches; returns (and writes) the per-step records and the per-mode summary."""
     from transformers import AutoConfig
 
-    from rl.actors import start_ray, start_trainers
+    from rl.loop.actors import start_ray, start_trainers
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
     start_ray(cfg)

@@ -13,11 +13,11 @@ seed by seed.
 
 What the figures mean, for both systems alike:
 
-- Held-out accuracy: ``rl.evaluation`` on the first ``eval.num_problems`` test rows, greedy (``eval.temperature``),
-  correct when the recipe's first reward is > 0, through a vLLM engine. Tailor's points are its in-run evaluations
-  (its rollout engines, holding the step's weights); TRL's are its snapshots, loaded after training into one
-  in-process engine and scored by ``rl eval``'s path (``rl.bench.snapshots``). Step 0 of both is the untrained
-  model; the JSON records it as both evaluators scored it.
+- Held-out accuracy: ``rl.evaluation.held_out`` on the first ``eval.num_problems`` test rows, greedy
+  (``eval.temperature``), correct when the recipe's first reward is > 0, through a vLLM engine. Tailor's points are
+  its in-run evaluations (its rollout engines, holding the step's weights); TRL's are its snapshots, loaded after
+  training into one in-process engine and scored by ``rl eval``'s path (``rl.bench.snapshots``). Step 0 of both is
+  the untrained model; the JSON records it as both evaluators scored it.
 - Training wall time excludes evaluation. TRL: from ``on_train_begin`` to the end of each step, less the time spent
   writing snapshots. Tailor: from the end of its step-0 evaluation (when its rollouts start) to the end of each
   step in ``metrics.jsonl``, less the duration of each in-run evaluation before it (from the step's record to the
@@ -43,7 +43,7 @@ from matplotlib.figure import Figure
 from rl.bench.train import TrainVariant, run_train_bench, variant_configs
 from rl.config import load_config
 from rl.models import resolve_model
-from rl.report import fmt, load_run
+from rl.output.report import fmt, load_run
 
 if TYPE_CHECKING:
     from rl.bench.trl_peer import PeerRun

@@ -8,15 +8,18 @@ from typing import Literal
 
 import numpy as np
 
-from rl.metrics import percentiles
+from rl.output.metrics import percentiles
 
 Fate = Literal["kept", "discarded", "aborted"]
 COUNT_KEYS = ("launched", "kept", "discarded", "aborted", "pruned", "shortfall")
+# an episode pass's metrics NAME_per_episode: the mean of each launched episode's record field
+EPISODE_FIELDS = {"turns": "turns", "tool_calls": "tool_calls", "tool_s": "tool_s", "decode_tokens": "length"}
 
 
 @dataclass(frozen=True)
 class SampleRecord:
-    """One launched sample: its group, generated length, wall-clock span from the batch start, fate."""
+    """One launched sample: its group, generated length, wall-clock span from the batch start, fate; for an episode
+    (a recipe with tools) also its turns, tool calls and seconds in tools (``length``: its decode tokens)."""
 
     group: int
     index: int
@@ -25,6 +28,9 @@ class SampleRecord:
     end: float
     fate: Fate
     finish_reason: str
+    turns: int = 1
+    tool_calls: int = 0
+    tool_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -35,8 +41,10 @@ def pass_metrics(
     seconds: float,
     counts: dict[str, int],
     rewards: Sequence[float],
+    episodes: bool = False,
 ) -> dict[str, float]:
-    """Time-to-batch, throughput, waste, shaping counts, length percentiles and reward of one pass.
+    """Time-to-batch, throughput, waste, shaping counts, length percentiles and reward of one pass; with
+    ``episodes``, per launched episode: turns, tool calls, seconds in tools and decode tokens (``EPISODE_FIELDS``).
 
     ``seconds`` is the time to collect the whole batch, ``counts`` the summed controller counters
     (``COUNT_KEYS``; missing ones count 0) and ``rewards`` the valid rewards of the kept samples.
@@ -62,4 +70,7 @@ def pass_metrics(
         **percentiles([r.length for r in kept], "kept_len"),
         **percentiles([r.length for r in records], "len"),
     }
+    if episodes and records:
+        means = {name: float(np.mean([getattr(r, f) for r in records])) for name, f in EPISODE_FIELDS.items()}
+        metrics |= {f"{name}_per_episode": mean for name, mean in means.items()}
     return metrics

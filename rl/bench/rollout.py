@@ -14,6 +14,9 @@ Modes: ``raw`` is the engine ceiling (each prompt is one request with ``n=M``, n
 stream every ``progress_every_tokens`` tokens.
 A shaped mode may carry its own shaping knobs, ``MODE@key=value[@key=value...]`` (e.g.
 ``darts+sart@long_wait=1.5``), so one knob's effect is measured side by side with the mode without it.
+With a recipe whose ``rollout.tools`` (or ``environment``) are set, every sample is a multi-turn episode
+(``run_episodes``): its records and metrics add turns, tool calls, seconds in tools and decode tokens per episode, and
+the shaping policies decide on the tokens each episode's model sampled; ``raw`` (one single-turn request) is refused.
 Repeat ``r`` draws its prompts with seed ``seed + r`` and rotates the mode order by ``r``. vLLM requests
 are not seeded (per-request seeds crash the CPU engine): the engine's random stream just continues.
 """
@@ -28,7 +31,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,19 +45,22 @@ from rl.bench.records import SampleRecord, pass_metrics
 from rl.bench.summary import build_summary, markdown
 from rl.config import RolloutConfig, RunConfig, ShapingConfig, apply_overrides, load_config, one_line
 from rl.data.source import dataset_rows
-from rl.prompting import PromptEncoder
+from rl.inputs.prompting import PromptEncoder
 from rl.rewards.loading import RewardSpec, load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
 from rl.rollout.group_runner import GroupResult, run_group
+from rl.rollout.tool_workflow import ToolSettings, ToolWorkflow
 from rl.rollout.vllm_adapter import configure_cpu_threads, is_cpu_platform
+from rl.rollout.workflow import Episode, run_episodes
 from rl.shaping.factory import make_policy
 from rl.shaping.plain import PlainPolicy
-from rl.shaping.policy import GroupPlan, ShapingPolicy
+from rl.shaping.policy import GroupController, GroupPlan, ShapingPolicy
 from rl.types import PromptRow, Sample
 
 log = logging.getLogger("rl.bench")
 
+Completion = str | list[dict[str, Any]]  # what a reward reads: a text, or chat messages (an episode's)
 Mode = Literal["raw", "plain", "darts", "sart", "darts+sart", "darts+tie", "darts+sart+tie", "shadow"]
 ALL_MODES: tuple[Mode, ...] = ("raw", "plain", "darts", "sart", "darts+sart", "darts+tie", "darts+sart+tie")
 SHADOW: Mode = "shadow"  # launches as many samples per prompt as the widest mode, aborts none: natural lengths
@@ -111,6 +117,13 @@ class RolloutBenchConfig(BaseModel):
     def _one_prompt_source(self) -> RolloutBenchConfig:
         if self.recipe is not None and self.dataset is not None:
             raise ValueError("dataset and recipe are exclusive: the recipe brings its own dataset")
+        return self
+
+    @model_validator(mode="after")
+    def _no_raw_episodes(self) -> RolloutBenchConfig:
+        if "raw" in self.modes and self.recipe is not None:
+            if ToolSettings.of(load_config(self.recipe, self.recipe_overrides).rollout) is not None:
+                raise ValueError("mode raw is single-turn; the recipe's tools make episodes: run the other modes")
         return self
 
     @model_validator(mode="after")
@@ -171,7 +184,7 @@ class PassResult:
     records: list[SampleRecord]
     seconds: float
     counts: dict[str, int]
-    kept: list[tuple[PromptRow, list[Sample]]]
+    kept: list[tuple[PromptRow, list[Sample], list[Completion]]]  # kept samples, with what rewards read of them
 
 
 def split_mode(mode: str) -> tuple[str, list[str]]:
@@ -229,9 +242,12 @@ def kv_cache_size(model_dir: str, max_model_len: int, sequences: int) -> int:
 
 
 class RolloutBench:
-    """Runs the configured modes on one engine and collects one run dict per timed pass."""
+    """Runs the configured modes on one engine and collects one run dict per timed pass; with a ``workflow`` (default:
+    the recipe's tools, if it has any) each sample is an episode."""
 
-    def __init__(self, cfg: RolloutBenchConfig, model_dir: str) -> None:
+    workflow: ToolWorkflow | None = None
+
+    def __init__(self, cfg: RolloutBenchConfig, model_dir: str, workflow: ToolWorkflow | None = None) -> None:
         self.cfg = cfg
         self.model_dir = model_dir
         self.encoder = PromptEncoder(model_dir)
@@ -243,11 +259,16 @@ class RolloutBench:
             draws = [sample_rows(split, cfg.prompts, cfg.seed + r) for r in range(cfg.repeats)]
             default_specs = [(f.spec, f.weight) for f in run.reward.functions]
             self.enforce_eager = run.rollout.enforce_eager  # GPU: CUDA graphs with rollout.enforce_eager=false
+            tools = ToolSettings.of(run.rollout)
+            if workflow is None and tools is not None:
+                workflow = tools.build(self.encoder.tokenizer)
         else:
             source = cfg.dataset or "arith"
             draws = [bench_rows(source, cfg.prompts, cfg.seed + r, chat) for r in range(cfg.repeats)]
             default_specs = [(default_reward(source, chat), 1.0)]
-        self.batches = [Batch(rows, [self.encoder.encode(row.prompt) for row in rows]) for rows in draws]
+        self.workflow = workflow
+        encode = workflow.prompt if workflow is not None else lambda row: self.encoder.encode(row.prompt)
+        self.batches = [Batch(rows, [encode(row) for row in rows]) for rows in draws]
         self.reward_specs: list[tuple[RewardSpec, float]] = (
             [] if cfg.reward == "none" else [(cfg.reward, 1.0)] if cfg.reward else default_specs
         )
@@ -328,7 +349,8 @@ class RolloutBench:
                 lambda tag: self.shaped_pass(engine, policy, mode, batch, tag), warm_up=mode != SHADOW
             )
         group_rewards = await self.score(pool, timed.kept)
-        metrics = pass_metrics(timed.records, timed.seconds, timed.counts, [v for g in group_rewards for v in g])
+        rewards = [v for g in group_rewards for v in g]
+        metrics = pass_metrics(timed.records, timed.seconds, timed.counts, rewards, self.workflow is not None)
         if self.profile is not None:
             metrics["model_time_to_batch_s"] = batch_rollout_time([r.length for r in timed.records], self.profile)
         if self.cfg.steady_batches:
@@ -374,25 +396,42 @@ class RolloutBench:
         progress = shaping.progress_tokens
         t0 = time.monotonic()
 
-        async def group(g: int, plan: GroupPlan) -> tuple[float, GroupResult]:
+        async def group(g: int, plan: GroupPlan) -> tuple[float, GroupResult, list[Episode]]:
             offset = time.monotonic() - t0
-            controller = policy.controller(plan)
-            prompt = batch.tokens[g]
-            result = await run_group(engine, f"{tag}-{g}", prompt, self.sampling, controller, self.decode, progress)
-            return offset, result
+            return offset, *await self.sample_group(engine, f"{tag}-{g}", batch, g, policy.controller(plan), progress)
 
         outs = await asyncio.gather(*(group(g, plan) for g, plan in enumerate(plans)))
         seconds = time.monotonic() - t0
         records, counts, kept = [], Counter(), []
-        for g, (row, (offset, result)) in enumerate(zip(rows, outs, strict=True)):
-            policy.observe(row.prompt_id, [len(s.tokens) for s in result.samples])
+        for g, (row, (offset, result, episodes)) in enumerate(zip(rows, outs, strict=True)):
+            policy.observe(row.prompt_id, result.lengths(result.samples))
             counts.update(result.controller_stats)
-            kept.append((row, result.samples))
-            records += [
-                SampleRecord(g, i, result.all_lengths[i], offset + start, offset + end, fate, result.finish_reasons[i])
-                for i, start, end, fate in result.timeline
-            ]
+            kept.append((row, result.samples, self.completions(row, result.samples, episodes)))
+            for i, start, end, fate in result.timeline:
+                record = SampleRecord(
+                    g, i, result.all_lengths[i], offset + start, offset + end, fate, result.finish_reasons[i]
+                )
+                if episodes:
+                    e = episodes[i]
+                    record = replace(record, turns=e.turns, tool_calls=e.tools.calls, tool_s=e.tools.seconds)
+                records.append(record)
         return PassResult(records, seconds, dict(counts), kept)
+
+    async def sample_group(
+        self, engine: InferenceEngine, group_id: str, batch: Batch, g: int, controller: GroupController, progress: int
+    ) -> tuple[GroupResult, list[Episode]]:
+        """Prompt ``g``'s group under ``controller``, as a rollout worker samples it: one request per sample, or with
+        a ``workflow`` one episode each (every launched episode returned)."""
+        episodes: list[Episode] = []
+        if self.workflow is None:
+            tokens = batch.tokens[g]
+            result = await run_group(engine, group_id, tokens, self.sampling, controller, self.decode, progress)
+        else:
+            row, workflow = batch.rows[g], self.workflow
+            _, result, episodes = await run_episodes(
+                engine, group_id, workflow, row, self.sampling, controller, self.decode, progress
+            )
+        return result, episodes
 
     async def raw_pass(self, engine: InferenceEngine, batch: Batch, tag: str) -> PassResult:
         """All prompts at once, each one request with ``n=M``: the engine's ceiling, nothing shaped."""
@@ -412,22 +451,30 @@ class RolloutBench:
                 Sample(i, t.tokens, t.logprobs, [], str(t.finish_reason), self.decode(t.tokens))
                 for i, t in enumerate(traces)
             ]
-            kept.append((row, samples))
+            kept.append((row, samples, self.completions(row, samples, [])))
         return PassResult(records, seconds, {"launched": len(records), "kept": len(records)}, kept)
 
-    async def score(self, pool: RewardPool | None, kept: list[tuple[PromptRow, list[Sample]]]) -> list[list[float]]:
+    def completions(self, row: PromptRow, samples: list[Sample], episodes: list[Episode]) -> list[Completion]:
+        """What rewards read of ``samples``: their episodes' messages (``episodes``: all launched), else their texts."""
+        if episodes:
+            return [episodes[s.index].messages for s in samples]
+        return [self.encoder.completion(row.prompt, s.text) for s in samples]
+
+    async def score(
+        self, pool: RewardPool | None, kept: list[tuple[PromptRow, list[Sample], list[Completion]]]
+    ) -> list[list[float]]:
         """Valid rewards of the kept samples, group by group (samples no function scores are left out)."""
-        rows = [row for row, samples in kept for _ in samples]
-        samples = [s for _, group in kept for s in group]
+        rows = [row for row, samples, _ in kept for _ in samples]
+        samples = [s for _, group, _ in kept for s in group]
         if pool is None or not samples:
             return [[] for _ in kept]
         result = await pool.score(
             [r.prompt for r in rows],
-            [self.encoder.completion(r.prompt, s.text) for r, s in zip(rows, samples, strict=True)],
+            [c for _, _, completions in kept for c in completions],
             self.encoder.columns(rows, samples),
         )
         by_group, start = [], 0
-        for _, group in kept:
+        for _, group, _ in kept:
             by_group.append([v for v in result.rewards[start : start + len(group)] if v is not None])
             start += len(group)
         return by_group

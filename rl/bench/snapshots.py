@@ -3,7 +3,7 @@ scores a model.
 
 The rows, prompt framing, sampling (``eval.temperature``, greedy by default; ``rollout.max_tokens``) and
 correctness (the recipe's first reward > 0) are those of Tailor's own in-run evaluations: the first
-``eval.num_problems`` rows of the test split, through ``rl.evaluation``. The engine is the recipe's rollout
+``eval.num_problems`` rows of the test split, through ``rl.evaluation.held_out``. The engine is the recipe's rollout
 engine (``rollout.max_model_len``, as Tailor's workers have it).
 """
 
@@ -13,7 +13,7 @@ import asyncio
 from pathlib import Path
 
 from rl.config import RunConfig
-from rl.offline_eval import EvalReport, EvalSettings, engine_spec, eval_report
+from rl.evaluation.offline import EvalReport, EvalSettings, engine_spec, eval_report
 
 
 def heldout_settings(cfg: RunConfig, model_dir: str, recipe: str) -> EvalSettings:

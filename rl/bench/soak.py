@@ -5,10 +5,11 @@ Faults, at the run's own steps (read from ``metrics.jsonl``):
 
 - ``rollout_worker_killed``: SIGKILL to a rollout worker's process; the driver starts a replacement
   (``rollout.max_restarts``) and loads the current weights into it.
-- ``reward_raises`` / ``reward_nan`` / ``reward_hangs``: the recipe's reward is ``rl.faults.arith_exact_with_faults``,
-  which fails on a fixed share of its calls; the reward pool counts each, and kills a hung call after
-  ``reward.timeout_s``.
-- ``nan_loss``: the trainer's loss is NaN at one step (``TAILOR_FAULTS``); the update is skipped and counted.
+- ``reward_raises`` / ``reward_nan`` / ``reward_hangs``: the recipe's reward is
+  ``rl.bench.faults.arith_exact_with_faults``, which fails on a fixed share of its calls; the reward pool counts
+  each, and kills a hung call after ``reward.timeout_s``.
+- ``nan_loss``: the trainer's loss is NaN at one step (``TAILOR_FAULTS``, through the trainer hook
+  ``rl.bench.faults.nan_loss``); the update is skipped and counted.
 - ``run_sigkilled``: SIGKILL to the whole run (every process of it); ``rl train --resume`` continues from the last
   checkpoint, and the steps after it are trained again.
 - ``run_sigterm``: SIGTERM; the run writes a checkpoint at the step boundary and stops; it is resumed.
@@ -33,9 +34,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl.checkpoint import latest_checkpoint, step_of
-from rl.faults import FAULT_LOG_ENV, FAULTS_ENV
-from rl.processes import alive, command_line, descendants, kill_tree, wait_for
+from rl.bench.faults import FAULT_LOG_ENV, FAULTS_ENV
+from rl.loop.checkpoint import latest_checkpoint, step_of
+from rl.loop.processes import alive, command_line, descendants, kill_tree, wait_for
+from rl.trainer.hooks import HOOKS_ENV
 
 ROLLOUT_WORKER_TITLE = "ray::RolloutWorker"
 
@@ -105,12 +107,13 @@ def run_soak(recipe: str, schedule: SoakSchedule, out_dir: Path, overrides: list
     env = {
         **os.environ,
         FAULTS_ENV: f"nan_loss@{schedule.nan_loss_at}",
+        HOOKS_ENV: "rl.bench.faults:nan_loss",
         FAULT_LOG_ENV: str(fault_log),
     }
     settings = [
         f"output_dir={out_dir}",
         "name=run",
-        "reward.functions.0.fn=rl.faults:arith_exact_with_faults",
+        "reward.functions.0.fn=rl.bench.faults:arith_exact_with_faults",
         f"train.max_steps={schedule.steps}",
         f"train.checkpoint_every={schedule.checkpoint_every}",
         "rollout.max_restarts=2",

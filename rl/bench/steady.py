@@ -13,8 +13,6 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from rl.rollout.group_runner import run_group
-
 if TYPE_CHECKING:
     from rl.bench.rollout import Batch, RolloutBench
     from rl.rollout.engine import InferenceEngine
@@ -37,9 +35,8 @@ async def steady_metrics(bench: RolloutBench, engine: InferenceEngine, mode: str
             if policy is None or plan is None:
                 await engine.generate_n(group_id, tokens, bench.sampling, cfg.m_keep)
                 return
-            controller = policy.controller(plan)
-            result = await run_group(engine, group_id, tokens, bench.sampling, controller, bench.decode, progress)
-            policy.observe(batch.rows[g].prompt_id, [len(s.tokens) for s in result.samples])
+            result, _ = await bench.sample_group(engine, group_id, batch, g, policy.controller(plan), progress)
+            policy.observe(batch.rows[g].prompt_id, result.lengths(result.samples))
         finally:
             slots.release()
 

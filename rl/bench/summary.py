@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from rl.bench.records import EPISODE_FIELDS
+
 Stat = dict[str, float]
 BASELINES = ("plain", "raw")
 # ratio name -> (metric, higher is better)
@@ -141,7 +143,8 @@ def _row(cells: Sequence[str]) -> str:
 
 
 def markdown(summary: dict) -> str:
-    """Two Markdown tables: time and throughput (with ratios), and shaping counts, lengths and reward."""
+    """Markdown tables: time and throughput (with ratios); shaping counts, lengths and reward; with episodes, their
+    turns and tools."""
     modes, rat = summary["modes"], summary["ratios"]
     bases = [b for b in BASELINES if b in rat]
     model = any("model_time_to_batch_s" in stats for stats in modes.values())
@@ -187,4 +190,18 @@ def markdown(summary: dict) -> str:
         cells += [fmt(stats.get("reward_mean"), 3), median(stats.get("rewarded"), 0)]
         cells += [signed(reward_vs[b].get(mode)) if mode != b else "–" for b in bases]
         lines.append(_row(cells))
+    if any("turns_per_episode" in stats for stats in modes.values()):
+        lines += ["", *_episodes(modes)]
     return "\n".join(lines) + "\n"
+
+
+def _episodes(modes: dict[str, dict[str, Stat]]) -> list[str]:
+    """A table of the multi-turn episodes, per launched episode (rl/bench/records.py ``EPISODE_FIELDS``)."""
+    head = ["mode", "time to batch s", "turns", "tool calls", "tool s", "decode tokens", "launched", "kept"]
+    lines = ["Per launched episode (means):", "", _row(head), _row(["---"] * len(head))]
+    for mode, stats in modes.items():
+        cells = [mode, fmt(stats.get("time_to_batch_s"))]
+        cells += [fmt(stats.get(f"{k}_per_episode"), d) for k, d in zip(EPISODE_FIELDS, (2, 2, 3, 1), strict=True)]
+        cells += [fmt(stats.get("launched"), 0), fmt(stats.get("kept"), 0)]
+        lines.append(_row(cells))
+    return lines

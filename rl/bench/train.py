@@ -20,10 +20,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from rl.config import RunConfig, load_config
-from rl.report import fmt, load_run, mean, series
+from rl.output.report import fmt, load_run, mean, series
 
 if TYPE_CHECKING:
-    from rl.driver import ActorStarter
+    from rl.loop.actors import ActorStarter
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ def run_train_bench(
 ) -> tuple[list[dict[str, Any]], str]:
     """Train every variant in turn; write ``bench_train.json``, ``bench_train.md`` and ``bench_train.png``.
     ``start_actors``: how each variant's actors start (see ``Driver``; default: Ray actors of its own)."""
-    from rl.driver import run_training
+    from rl.loop.driver import run_training
 
     configs = variant_configs(recipe, variants, common, out_dir)
     results = []

@@ -44,8 +44,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rl import STARTING_ENVIRONMENT
 from rl.config import RunConfig
+from rl.inputs.preflight import split_rows
 from rl.models import no_progress_bars, resolve_model
-from rl.preflight import split_rows
 from rl.rewards.loading import load_reward_fn
 
 LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
@@ -294,7 +294,7 @@ def run_trl_process(
 ) -> PeerRun:
     """``train_trl`` in a fresh process of its own (``python -m rl.bench.trl_standalone``), which writes its run to
     ``out``; its output goes where this process's own Python output goes. Raises ``RuntimeError`` if it fails."""
-    from rl.console import LOG_DIR_ENV
+    from rl.output.console import LOG_DIR_ENV
 
     argv = standalone_command(recipe, overrides, seed, budget, out, snapshots, use_vllm)
     env = user_environment()

@@ -41,7 +41,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def setup_output() -> None:
     """Log to the console as a script does; started by ``rl bench peer`` while it routes library output
     (``TAILOR_LOG_DIR`` set), route this process's into that folder's ``trl/`` the same way."""
-    from rl import console
+    from rl.output import console
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if directory := os.environ.get(console.LOG_DIR_ENV):
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_output()  # before TRL's import, which warns
     from rl.bench.trl_peer import PeerBudget, train_trl
-    from rl.cli import recipe_path
+    from rl.cli.common import recipe_path
     from rl.config import load_config
 
     cfg = load_config(recipe_path(args.recipe), args.overrides)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rl.processes import Terminated
+from rl.loop.processes import Terminated
 from rl.rewards.model import RewardModel, RewardModelSpec
 
 # Built-in short names -> "module:function" inside this package.

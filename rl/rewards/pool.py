@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Literal
 
-from rl.processes import Terminated
+from rl.loop.processes import Terminated
 from rl.rewards.hooks import CallLog, RewardState
 from rl.rewards.loading import RewardSpec, load_reward_fn
 from rl.types import RewardLog

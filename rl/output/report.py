@@ -9,10 +9,10 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from rl.metrics import number, read_records
+from rl.output.metrics import number, read_records
 
 LINESTYLES = ("-", "--", ":")
-LOGGED_PREFIX = "reward/"  # a step's mean of a reward function's log_metric values (rl.metrics.summarize_groups)
+LOGGED_PREFIX = "reward/"  # a step's mean of a reward function's log_metric values (rl.output.metrics.summarize_groups)
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from typing import Any
 from rl.config import DataConfig, RewardFn, RolloutConfig, RunConfig
 from rl.data.holdout import hold_out, same_rows
 from rl.data.source import dataset_rows
+from rl.inputs.prompting import PromptEncoder
 from rl.models import BUILTIN_PREFIX, resolve_model
-from rl.prompting import PromptEncoder
 from rl.rewards.hooks import CallLog, RewardState
 from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import TRL_HOOKS, call_reward, reward_values
@@ -238,7 +238,7 @@ def _check_chat_template(encoder: PromptEncoder, cfg: RunConfig, rows: list[Prom
 
 def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -> dict[str, list[Any]]:
     """``rollout.tools`` and ``rollout.environment``: each loads and is a documented tool, the run can take them
-    (plain shaping, chat prompts), the chat template renders their schemas and a tool's result. Sets
+    (chat prompts), the chat template renders their schemas and a tool's result. Sets
     ``encoder.tools``, so prompt lengths count the schemas the model will see. Returns the reward arguments the
     first row's episode adds (``environments``: an instance reset with the row), for the rewards' check."""
     from rl.rollout.tool_format import ChatTemplateFormat
@@ -248,11 +248,6 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
     settings = ToolSettings.of(cfg.rollout)
     if settings is None:
         return {}
-    if cfg.shaping.policy != "plain":
-        raise BadInput(
-            f"rollout.tools/environment run with shaping.policy=plain only so far, not {cfg.shaping.policy!r} "
-            f"(no per-episode DARTS/SART yet); set shaping.policy=plain"
-        )
     if not all(isinstance(r.prompt, list) for r in rows):
         raise BadInput(
             "rollout.tools/environment need chat prompts (the tools reach the model through the chat "

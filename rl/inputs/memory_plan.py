@@ -401,7 +401,7 @@ def apply_memory_plan(cfg: RunConfig, model_dir: str) -> RunConfig:
     printed in one line; raises ``BadInput`` with one line when it cannot fit. Planned when ``memory.gpu_gib`` gives
     the budget (on any machine), or when a local Ray instance puts every actor on this machine's one GPU (its free
     memory the budget); otherwise ``cfg`` as it is."""
-    from rl.preflight import BadInput
+    from rl.inputs.preflight import BadInput
 
     gpu = visible_gpu() if cfg.ray.address is None or cfg.memory.gpu_gib is not None else None
     if cfg.memory.gpu_gib is not None:

@@ -3,7 +3,9 @@
 ``evaluate`` gives the summary the driver logs during training (k=1 by default); ``sample_and_score`` gives
 the per-problem records behind it, which ``rl eval`` also writes out. A sample is correct when the first
 reward function (the recipe's accuracy reward) scores it above 0, so shaping terms such as a format bonus
-or an overlong penalty never change accuracy or pass@k.
+or an overlong penalty never change accuracy or pass@k. With tools (a recipe's ``rollout.tools`` or
+``environment``) every sample is an episode whose calls run, as in training: rewards read its messages (and
+``environments``), and its length is the tokens its model sampled.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from rl.metrics import percentiles
-from rl.prompting import PromptEncoder
+from rl.inputs.prompting import PromptEncoder
+from rl.output.metrics import percentiles
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
+from rl.rollout.tool_workflow import ToolSettings
+from rl.rollout.workflow import Episode, Workflow, environments
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.types import PromptRow
@@ -66,22 +70,24 @@ async def sample_and_score(
     samples: int = 1,
     progress: str | None = None,
     state: RewardState | None = None,
+    tools: Workflow | ToolSettings | None = None,
 ) -> list[ProblemRecord]:
     """Sample ``samples`` responses per row (one group per row, spread over ``workers``) and score them, with
-    ``state`` as the rewards' ``trainer_state`` (default: a run's start).
+    ``state`` as the rewards' ``trainer_state`` (default: a run's start); with ``tools``, episodes of that workflow.
 
-    A worker is a Ray rollout-worker handle or an in-process object with the same async ``generate_group``.
-    ``progress``: the label of a progress bar over the problems (none when None).
+    A worker is a Ray rollout-worker handle or an in-process object with the same async ``generate_group`` and
+    ``generate_episodes``. ``progress``: the label of a progress bar over the problems (none when None).
     """
-    calls = [
-        _generate(workers[i % len(workers)])(
-            f"eval-{tag}-{row.prompt_id}",
-            encoder.encode(row.prompt),
-            sampling,
-            PlainController(GroupPlan(prompt_id=row.prompt_id, n_launch=samples, m_keep=samples)),
-        )
-        for i, row in enumerate(rows)
-    ]
+
+    def launch(worker: Any, row: PromptRow) -> Any:
+        """The awaitable of ``row``'s group on ``worker``."""
+        controller = PlainController(GroupPlan(prompt_id=row.prompt_id, n_launch=samples, m_keep=samples))
+        group_id = f"eval-{tag}-{row.prompt_id}"
+        if tools is not None:
+            return _method(worker, "generate_episodes")(group_id, row, sampling, tools, controller)
+        return _method(worker, "generate_group")(group_id, encoder.encode(row.prompt), sampling, controller)
+
+    calls = [launch(workers[i % len(workers)], row) for i, row in enumerate(rows)]
     with tqdm(total=len(rows), desc=progress, unit="problem", dynamic_ncols=True, disable=progress is None) as bar:
 
         async def counted(call: Any) -> Any:
@@ -89,18 +95,22 @@ async def sample_and_score(
             bar.update()
             return result
 
-        groups = [r.samples for r in await asyncio.gather(*map(counted, calls))]
+        outs = await asyncio.gather(*map(counted, calls))
+    results = outs if tools is None else [result for _, result, _ in outs]  # episodes: (prompt, result, kept)
+    episodes: list[Episode] = [] if tools is None else [e for _, _, kept in outs for e in kept]
+    groups = [r.samples for r in results]
     flat_rows = [row for row, group in zip(rows, groups, strict=True) for _ in group]
     flat = [s for group in groups for s in group]
     scored = await rewards.score(
         [r.prompt for r in flat_rows],
-        [encoder.completion(r.prompt, s.text) for r, s in zip(flat_rows, flat, strict=True)],
-        encoder.columns(flat_rows, flat),
+        [e.messages for e in episodes]
+        or [encoder.completion(r.prompt, s.text) for r, s in zip(flat_rows, flat, strict=True)],
+        encoder.columns(flat_rows, flat) | environments(episodes),
         state,
     )
     primary = next(iter(scored.per_function.values()))
     records, start = [], 0
-    for row, group in zip(rows, groups, strict=True):
+    for row, result, group in zip(rows, results, groups, strict=True):
         end = start + len(group)
         records.append(
             ProblemRecord(
@@ -108,7 +118,7 @@ async def sample_and_score(
                 answer=row.answer,
                 rewards=[v if v is not None else 0.0 for v in scored.rewards[start:end]],
                 correct=[v is not None and v > 0 for v in primary[start:end]],
-                lengths=[len(s.tokens) for s in group],
+                lengths=result.lengths(group),
                 finish_reasons=[s.finish_reason for s in group],
                 first_text=group[0].text if group else "",
             )
@@ -145,12 +155,15 @@ async def evaluate(
     tag: str,
     samples: int = 1,
     state: RewardState | None = None,
+    tools: Workflow | ToolSettings | None = None,
 ) -> dict[str, float]:
-    """Summary metrics (see ``summarize``) of ``samples`` responses per row (``state``: see ``sample_and_score``)."""
-    return summarize(await sample_and_score(rows, workers, encoder, rewards, sampling, tag, samples, state=state))
+    """Summary metrics (see ``summarize``) of ``samples`` responses per row (``state``, ``tools``: see
+    ``sample_and_score``)."""
+    records = await sample_and_score(rows, workers, encoder, rewards, sampling, tag, samples, state=state, tools=tools)
+    return summarize(records)
 
 
-def _generate(worker: Any):
-    """The awaitable-returning ``generate_group`` of a Ray actor handle (``.remote``) or a local worker."""
-    method = worker.generate_group
+def _method(worker: Any, name: str) -> Any:
+    """The awaitable-returning method ``name`` of a Ray actor handle (``.remote``) or a local worker."""
+    method = getattr(worker, name)
     return getattr(method, "remote", method)

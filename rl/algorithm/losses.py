@@ -20,7 +20,7 @@ from typing import Literal
 
 import torch
 
-from rl.off_policy import ess_ratio, sequence_weights, token_weights
+from rl.algorithm.off_policy import ess_ratio, sequence_weights, token_weights
 
 # Stats combined with max (not a sum) across micro-batches and ranks.
 MAX_STATS: frozenset[str] = frozenset({"is_weight_max"})

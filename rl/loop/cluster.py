@@ -31,7 +31,7 @@ FIRST_HOST = 2  # 127.0.0.1 is the machine's own loopback, used by single-node r
 MAX_NODES = 16
 STATE_FILE = "cluster.json"
 NODE_OBJECT_STORE_BYTES = 100 * 2**20  # Ray's floor is 75 MiB; tiny models' weights are far smaller
-# never inherited by the nodes: a loopback-only single-node run sets these in its own process (rl/actors.py), and a
+# never inherited by the nodes: a loopback-only single-node run sets these in its own process (rl/loop/actors.py), and a
 # node must take its own address instead
 SINGLE_NODE_ENV = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "VLLM_HOST_IP", "RAY_ADDRESS")
 

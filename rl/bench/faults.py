@@ -1,6 +1,7 @@
 """Faults injected on purpose, for the fault soak (``rl bench soak``). Nothing here acts unless it is asked to.
 
-- ``TAILOR_FAULTS="nan_loss@30,nan_loss@31"``: the trainer's loss is NaN at those steps (``scheduled``).
+- ``TAILOR_FAULTS="nan_loss@30,nan_loss@31"``: the trainer's loss is NaN at those steps (``scheduled``), through the
+  trainer hook ``nan_loss`` (``TAILOR_TRAINER_HOOKS=rl.bench.faults:nan_loss``, see ``rl.trainer.hooks``).
 - ``arith_exact_with_faults``: the ``arith_exact`` reward, except that a call raises, returns NaN or hangs for
   a fixed share of its inputs (chosen by a hash of the group's first prompt and completion, so a rerun injects
   the same faults on the same inputs).
@@ -14,6 +15,7 @@ import hashlib
 import math
 import os
 import time
+from typing import Any
 
 from rl.rewards.math import arith_exact
 
@@ -27,6 +29,11 @@ HANG_S = 3600.0  # longer than any reward timeout: the pool must kill the call
 def scheduled(kind: str, step: int) -> bool:
     """Whether ``TAILOR_FAULTS`` asks for fault ``kind`` at ``step``."""
     return f"{kind}@{step}" in os.environ.get(FAULTS_ENV, "").split(",")
+
+
+def nan_loss(loss: Any, step: int) -> Any:
+    """A trainer loss hook (``rl.trainer.hooks``): ``loss`` turned NaN at the steps ``TAILOR_FAULTS`` schedules."""
+    return loss * math.nan if scheduled("nan_loss", step) else loss
 
 
 def record(kind: str, count: int) -> None:

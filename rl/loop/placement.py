@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from rl.config import PlacementConfig
-from rl.preflight import BadInput
+from rl.inputs.preflight import BadInput
 
 log = logging.getLogger("rl.placement")
 SLIVER = 0.001  # of a node's resource, per actor (Ray's granularity is 0.0001)

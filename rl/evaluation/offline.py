@@ -14,17 +14,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl.checkpoint import complete_checkpoints
 from rl.config import RunConfig
 from rl.data.source import dataset_rows
-from rl.evaluation import ProblemRecord, sample_and_score, summarize
+from rl.evaluation.held_out import ProblemRecord, sample_and_score, summarize
+from rl.inputs.preflight import BadInput, check_model_path, check_reward_model
+from rl.inputs.prompting import PromptEncoder
+from rl.loop.checkpoint import complete_checkpoints
 from rl.models import BUILTIN_PREFIX
-from rl.preflight import BadInput, check_model_path, check_reward_model
-from rl.prompting import PromptEncoder
 from rl.rewards.hooks import RewardState
 from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec, SamplingSpec
+from rl.rollout.tool_workflow import ToolSettings
 
 log = logging.getLogger("rl.eval")
 DATASET_RECIPES = {"arith": "arith_tiny", "gsm8k": "gsm8k_qwen2.5-0.5b"}
@@ -140,7 +141,9 @@ async def eval_report(
     if temperature is None:
         temperature = cfg.eval.temperature if settings.samples == 1 else cfg.rollout.temperature
     sampling = SamplingSpec(max_tokens, temperature)
-    longest_prompt = max(len(encoder.encode(r.prompt)) for r in rows)
+    tools = ToolSettings.of(cfg.rollout)  # with tools, every sample is an episode whose calls run
+    prompt_ids = tools.build(encoder.tokenizer).prompt if tools else lambda row: encoder.encode(row.prompt)
+    longest_prompt = max(len(prompt_ids(r)) for r in rows)
     t0 = time.monotonic()
     own = None
     if workers is None:
@@ -171,6 +174,7 @@ async def eval_report(
             settings.samples,
             progress="eval",
             state=RewardState.at(0, cfg.train.max_steps, cfg.train.batch_groups, len(rows)),  # as preflight's
+            tools=tools,
         )
         seconds = time.monotonic() - t1
     finally:

@@ -2,7 +2,7 @@
 
 ``Fleet`` holds the rollout workers (a ``RolloutPool``), the trainer ranks, the trajectory buffer, SART's scorer and
 the weight channel, and shuts them all down. ``RolloutPool`` knows which rollout workers are live, hands them out
-round robin, and replaces one that died. ``rl.actors.start_fleet`` builds a fleet of Ray actors from a config; a
+round robin, and replaces one that died. ``rl.loop.actors.start_fleet`` builds a fleet of Ray actors from a config; a
 test builds one from in-process stand-ins with the same async methods (tests/test_driver_fleet.py), so the driver's
 logic runs without Ray or vLLM.
 """
@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rl.weight_channel import WeightChannel
+from rl.loop.weight_channel import WeightChannel
 
 log = logging.getLogger("rl.fleet")
 
@@ -123,7 +123,7 @@ class Fleet:
 
     rollout: RolloutPool
     trainers: list[Any]  # data-parallel ranks; rank 0 first
-    buffer: Any  # the trajectory buffer (``rl.buffer.TrajectoryBuffer``'s methods)
+    buffer: Any  # the trajectory buffer (``rl.loop.buffer.TrajectoryBuffer``'s methods)
     channel: WeightChannel
     scorer: Any | None = None  # SART's scorer worker, when its scorer is a model
     kill: Callable[[Any], None] = _ray_kill  # ends an actor's process

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rl.completions import CompletionsFile, table
+from rl.output.completions import CompletionsFile, table
 from rl.types import Group
 
 log = logging.getLogger("rl.metrics")
@@ -78,7 +78,7 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
 
 class MetricsLogger:
     """Writes one JSON line per record and mirrors scalars to TensorBoard; each step's sampled completions go to
-    ``completions.jsonl`` (``rl.completions``) and, with W&B, a table.
+    ``completions.jsonl`` (``rl.output.completions``) and, with W&B, a table.
 
     A new run starts ``metrics.jsonl`` afresh. A run resumed at step ``resume_step`` keeps the records up to that
     step (not an earlier summary), drops the ones a killed run wrote after it, continues their clock
@@ -111,7 +111,7 @@ class MetricsLogger:
         self._t0 = time.monotonic() - max((r.get("time_s", 0.0) for r in kept), default=0.0)
         self._wandb = None
         if wandb is not None:
-            from rl.wandb_sink import WandbSink
+            from rl.output.wandb_sink import WandbSink
 
             self._wandb = WandbSink(wandb, run_dir, config or {}, resume=resume_step is not None)
 
@@ -131,7 +131,7 @@ class MetricsLogger:
             self._wandb.log(step, metrics, kind)
 
     def log_completions(self, step: int, rows: list[dict[str, Any]]) -> None:
-        """``rows`` (``rl.completions.completion_rows``) to completions.jsonl and the W&B table ``completions``."""
+        """``rows`` (``completion_rows``) to completions.jsonl and the W&B table ``completions``."""
         self._completions.write(rows)
         if self._wandb is not None and rows:
             self._wandb.log_table(step, "completions", *table(rows))

@@ -1,4 +1,5 @@
-"""A run's checkpoints on disk, and the checks that decide whether a run can resume from one.
+"""A run's checkpoints on disk, written (``write``) and loaded (``load``) with the trainer ranks, and the checks that
+decide whether a run can resume from one.
 
 Layout of a run directory::
 
@@ -16,10 +17,13 @@ complete; a ``.tmp`` one (a run killed while writing) is never read and is remov
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
+import pickle
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +187,34 @@ def commit(tmp: Path, driver_state: dict[str, Any], keep: int) -> Path:
     for old in complete_checkpoints(final.parent.parent)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+async def on_every_rank(trainers: list[Any], method: str, *args: Any) -> Any:
+    """Call ``method`` on every trainer rank at once (their gathers meet); returns rank 0's answer."""
+    return (await asyncio.gather(*[getattr(t, method).remote(*args) for t in trainers]))[0]
+
+
+async def write(cfg: RunConfig, step: int, trainers: list[Any], shaping: Any, state: dict[str, Any]) -> Path:
+    """A complete checkpoint of ``step``: every trainer rank's state, ``shaping`` (the shaping policy and idle
+    governor, pickled) and the driver's ``state`` with the trainer's digest; returns its directory."""
+    t0 = time.monotonic()
+    tmp = begin(cfg.run_dir, step)
+    await on_every_rank(trainers, "save", str(tmp))
+    (tmp / SHAPING_STATE).write_bytes(pickle.dumps(shaping))
+    state = {**state, "trainer_digest": await on_every_rank(trainers, "state_digest")}
+    path = commit(tmp, state, cfg.train.keep_checkpoints)
+    log.info("checkpoint of step %d written to %s in %.1f s", step, path, time.monotonic() - t0)
+    return path
+
+
+def read_shaping(checkpoint: Path) -> dict[str, Any]:
+    """The shaping policy and idle governor a checkpoint holds (``{"policy": ..., "governor": ...}``)."""
+    return pickle.loads((checkpoint / SHAPING_STATE).read_bytes())
+
+
+async def load(checkpoint: Path, trainers: list[Any]) -> tuple[dict[str, Any], bool]:
+    """Load ``checkpoint`` into every trainer rank; returns the driver's saved state and whether the trainer state
+    loaded (every parameter and AdamW moment) has the digest taken of the trainer when the checkpoint was written."""
+    await asyncio.gather(*[t.load.remote(str(checkpoint)) for t in trainers])
+    saved = read_driver_state(checkpoint)
+    return saved, await on_every_rank(trainers, "state_digest") == saved["trainer_digest"]

@@ -7,22 +7,25 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rl import console, placement
-from rl.buffer import TrajectoryBuffer
 from rl.config import RunConfig
-from rl.fleet import Fleet, RestartCounters, RolloutPool
+from rl.loop import placement
+from rl.loop.buffer import TrajectoryBuffer
+from rl.loop.fleet import Fleet, RestartCounters, RolloutPool
+from rl.loop.weight_channel import make_weight_channel
 from rl.models import resolve_model
+from rl.output import console
 from rl.rollout.engine import EngineSpec
 from rl.rollout.scorer_worker import ScorerSpec, remote_scorer_worker
 from rl.rollout.worker import remote_rollout_worker
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
-from rl.weight_channel import make_weight_channel
 
 log = logging.getLogger("rl.actors")
+ActorStarter = Callable[[RunConfig, str, RestartCounters], Fleet]  # config, model directory, counters -> the actors
 LOOPBACK = "127.0.0.1"
 # set for a local instance before Ray starts, so Ray's processes and every actor inherit them: Ray takes loopback
 # as the node's address (as on a laptop) instead of swapping it for the machine's; vLLM's rendezvous uses it too

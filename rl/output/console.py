@@ -198,7 +198,7 @@ def ray_runtime_env() -> dict:
     if not routed():
         return {}
     keep = {k: os.environ[k] for k in (LOG_DIR_ENV, "VLLM_LOGGING_STREAM")}
-    return {"worker_process_setup_hook": "rl.console.worker_setup", "env_vars": keep}
+    return {"worker_process_setup_hook": "rl.output.console.worker_setup", "env_vars": keep}
 
 
 def step_postfix(metrics: dict[str, float]) -> str:
@@ -206,6 +206,14 @@ def step_postfix(metrics: dict[str, float]) -> str:
     return (
         f"reward {metrics['reward_mean']:.3f}, acc {metrics['accuracy']:.2f}, {metrics['step_seconds']:.1f} s/step, "
         f"{metrics['rollout_tokens_per_s']:.0f} tok/s, waste {metrics['waste_ratio']:.2f}"
+    )
+
+
+def eval_line(tag: str, step: int, metrics: dict[str, float]) -> str:
+    """A held-out evaluation's line: its tag, the trainer's step, the accuracy and how many problems."""
+    return (
+        f"[eval {tag}] step {step}: held-out accuracy {metrics['accuracy']:.3f} "
+        f"({int(metrics['num_problems'])} problems)"
     )
 
 

@@ -1,0 +1,349 @@
+"""The asynchronous GRPO driver: two coroutines, ``continuous_rollouts`` and ``continuous_training``.
+
+Rollouts: plan a batch of prompts with the shaping policy, start each group when admission control
+allows, sample it on a rollout worker, score it, compute advantages, put it into the buffer.
+Training: take a batch from the buffer, step the trainers, sync weights every ``sync_every`` steps,
+log, evaluate. ``max_staleness=0`` makes the two alternate exactly (synchronous on-policy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import signal
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ray.exceptions import RayActorError
+from tqdm import tqdm
+
+from rl.config import RunConfig
+from rl.data.stream import PromptStream
+from rl.evaluation.held_out import evaluate
+from rl.inputs.preflight import RunInputs, preflight
+from rl.loop import checkpoint, placement
+from rl.loop.actors import ActorStarter, link_ray_logs, start_fleet, start_ray
+from rl.loop.admission import AdmissionControl
+from rl.loop.counters import RunCounters
+from rl.loop.groups import GroupMaker, new_shaping
+from rl.loop.records import step_metrics, step_timing, summarize_run, summary_scalars
+from rl.loop.steps import RunStopped, batch_step, streamed_step
+from rl.loop.weight_sync import WeightSync
+from rl.output.completions import completion_rows
+from rl.output.console import eval_line, step_postfix
+from rl.output.metrics import MetricsLogger, summarize_groups
+from rl.rewards.hooks import RewardState
+from rl.rewards.pool import RewardPool
+from rl.rollout.engine import SamplingSpec
+from rl.types import PromptRow
+
+log = logging.getLogger("rl.driver")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # the first: a checkpoint at the step boundary, then a clean stop
+
+
+class RunFailed(Exception):
+    """The run stopped on an error it cannot train through; the message is one line."""
+
+
+class Driver:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        inputs: RunInputs | None = None,
+        resume: Path | None = None,
+        start_actors: ActorStarter | None = None,
+    ) -> None:
+        """``inputs``: what ``preflight(cfg)`` loaded (checked here when not given); ``resume``: a complete
+        checkpoint of this run to continue from (see ``rl.loop.checkpoint.resume_config``); ``start_actors``: builds
+        the run's ``Fleet`` (default: Ray actors, starting or joining Ray first)."""
+        self.cfg = cfg
+        self.start_actors = start_actors
+        inputs = inputs or preflight(cfg)
+        self.model_dir = inputs.model_dir
+        self.train_rows = inputs.train_rows
+        self.test_rows = inputs.test_rows[: cfg.eval.num_problems]
+        self.data_fingerprint = checkpoint.data_fingerprint(self.train_rows)
+        self.resume = resume
+        saved = checkpoint.read_driver_state(resume) if resume else {}
+        if saved and saved["data"] != self.data_fingerprint:
+            raise checkpoint.CheckpointError(f"{resume}: the training rows changed since it was written")
+        self.stream = PromptStream(self.train_rows, cfg.train.batch_groups, cfg.seed, saved.get("stream"))
+        self.unfinished: set[int] = set()  # stream positions started and neither trained nor dropped yet
+        self.encoder = inputs.encoder
+        shaping = checkpoint.read_shaping(resume) if resume else new_shaping(cfg)
+        self.policy, self.governor = shaping["policy"], shaping["governor"]
+        self.eval_sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.eval.temperature)  # 0 = greedy
+        self.admission = AdmissionControl(cfg.train.batch_groups, cfg.train.max_staleness)
+        self.counters = RunCounters(**saved.get("counters", {}))
+        self.failure: str | None = None  # why the run stopped on an error, if it did
+        self.stopping = asyncio.Event()
+        self.stop_signal: int | None = None  # SIGTERM/SIGINT asked for a checkpoint, then a clean stop
+        self.version = saved.get("version", 0)
+        self.accuracy_before = saved.get("accuracy_before", math.nan)
+
+    async def run(self) -> dict[str, Any]:
+        """Start everything, train ``max_steps`` steps, save, shut down; returns the run summary."""
+        import ray
+
+        cfg = self.cfg
+        owns_ray, start_actors = False, self.start_actors
+        if start_actors is None:
+            owns_ray, start_actors = start_ray(cfg), start_fleet
+            link_ray_logs(cfg.run_dir / "logs")
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:  # after ray.init, whose own SIGTERM handler would abort the process
+            loop.add_signal_handler(signum, self.request_stop, signum)
+        if cfg.weight_sync.transport != "cpu" and not ray.cluster_resources().get("GPU"):
+            if owns_ray:
+                ray.shutdown()
+            raise ValueError("weight_sync.transport=nccl needs GPUs; this Ray cluster has none")
+        r = cfg.reward
+        self.rewards = RewardPool([(f.spec, f.weight) for f in r.functions], r.num_workers, r.timeout_s, r.on_failure)
+        self.fleet = start_actors(cfg, self.model_dir, self.counters)
+        scorer, state, fail = self.fleet.scorer, self._reward_state, self._fail
+        self.groups = GroupMaker(cfg, self.encoder, self.policy, self.rewards, scorer, self.counters, state, fail)
+        self.weights = WeightSync(self.fleet.channel, self.admission, cfg.train.max_staleness >= 1, self._lost)
+        if not self.resume:
+            checkpoint.start_fresh(cfg.run_dir)
+            checkpoint.save_config(cfg)
+        resume_step = self.version if self.resume else None
+        config = cfg.model_dump(mode="json")
+        self.logger = MetricsLogger(cfg.run_dir, resume_step=resume_step, wandb=cfg.logging.wandb, config=config)
+        try:
+            await self.fleet.channel.start()
+            if self.start_actors is None:  # a fleet of real actors: say where each runs
+                await placement.log_where(self.fleet.trainers, self.fleet.rollout.started)
+            t0 = time.monotonic()
+            stats = await asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])
+            log.info("rollout engines up in %.1f s", max(s["startup_s"] for s in stats))
+            if self.fleet.scorer:
+                log.info("scorer worker up in %.1f s", (await self.fleet.scorer.stats.remote())["startup_s"])
+            if self.resume:
+                await self._restore()
+            else:
+                self.accuracy_before = (await self._evaluate("before"))["accuracy"]
+            rollouts = asyncio.create_task(self.continuous_rollouts())
+            await self.continuous_training()
+            self.stopping.set()
+            rollouts.cancel()
+            await asyncio.gather(rollouts, return_exceptions=True)
+            if self.failure:
+                raise RunFailed(self.failure)
+            train_seconds = time.monotonic() - t0
+            finished = self.stop_signal is None and bool(self.fleet.rollout.live)
+            after = await self._evaluate("after") if finished else {"accuracy": math.nan}
+            saved = checkpoint.complete_checkpoints(cfg.run_dir)
+            if cfg.train.save_checkpoint and not (saved and checkpoint.step_of(saved[-1]) == self.version):
+                saved.append(await self._checkpoint())
+            summary = summarize_run(
+                self.counters,
+                len(self.unfinished),
+                accuracy_before=self.accuracy_before,
+                accuracy_after=after["accuracy"],
+                train_seconds=train_seconds,
+                steps=self.version,
+                stopped_by=signal.Signals(self.stop_signal).name if self.stop_signal else None,
+                checkpoint=str(saved[-1]) if cfg.train.save_checkpoint and saved else None,
+                engine_startup_s=max(s["startup_s"] for s in stats),
+                buffer=await self.fleet.buffer.stats.remote(),
+            )
+            self.logger.log(self.version, summary_scalars(summary), kind="summary")
+            return summary
+        finally:
+            for signum in STOP_SIGNALS:
+                loop.remove_signal_handler(signum)
+            self.logger.close()
+            self.rewards.close()
+            await self.fleet.shutdown()
+            if owns_ray:
+                ray.shutdown()
+
+    async def continuous_rollouts(self) -> None:
+        """Plan prompts a batch at a time; start each group as soon as admission allows. When this ends (the run
+        cancels it, or no worker is left) the groups still in flight are cancelled with it: they stay open for a
+        resume, instead of failing later against a closed reward pool and counting as rollout errors."""
+        in_flight: set[asyncio.Task] = set()
+        try:
+            for chunk in self.stream.chunks():
+                plans = self.policy.plan([row.prompt_id for _, row in chunk])
+                for (position, row), plan in zip(chunk, plans, strict=True):
+                    await self.admission.acquire()
+                    if not await self.fleet.rollout.wait_for_a_live_worker():  # the trainer side stops the run
+                        return
+                    worker = self.fleet.rollout.next()
+                    task = asyncio.create_task(self.produce_group(worker, position, row, plan))
+                    in_flight.add(task)
+                    task.add_done_callback(in_flight.discard)
+        finally:
+            pending = list(in_flight)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def produce_group(self, worker: Any, position: int, row: PromptRow, plan: Any) -> None:
+        """Sample, score and buffer one group (the stream's ``position``); every outcome releases its admission
+        slot, and one that does not reach the buffer finishes its stream position."""
+        accepted = False
+        self.unfinished.add(position)
+        self.counters.groups_started += 1
+        try:
+            group = await self.groups.make(worker, row, plan, self.version)
+            if group is not None:
+                group.position = position
+                await self.fleet.buffer.put.remote(group)
+                accepted = True
+            else:  # dropped; ``GroupMaker.make`` counted why
+                self._finish(position)
+        except asyncio.CancelledError:
+            raise  # the run is ending: the group stays open (a resume samples it again)
+        except Exception as e:  # a dead worker or a failed call: count it, free the slot, go on
+            self.counters.rollout_errors += 1
+            self._finish(position)
+            log.error("group %s failed: %s", row.prompt_id, e)
+            if isinstance(e, RayActorError):
+                self._lost(worker)
+            if self.counters.rollout_errors > 10 * self.cfg.train.batch_groups:
+                self._stop("too many rollout errors")
+        finally:
+            await self.admission.finish(accepted)
+
+    def _finish(self, position: int) -> None:
+        """``position``'s group was trained or dropped: a resume will not sample it again."""
+        self.unfinished.discard(position)
+        self.stream.finish(position)
+
+    def _lost(self, worker: Any) -> None:
+        """A rollout worker died: the pool takes it out of the rotation and replaces it while restarts are left."""
+        self.fleet.rollout.lost(worker, self._load_current, lambda: self._stop("no rollout worker left"))
+
+    async def _load_current(self, worker: Any) -> int:
+        """Load the trainer's current weights into a new rollout worker; returns the version it serves."""
+        return await self.weights.load_current(worker, lambda: self.version)
+
+    def _stop(self, why: str) -> None:
+        """Stop the run (the training loop ends before its next step), logging ``why`` as an error."""
+        log.error("%s; stopping", why)
+        self.stopping.set()
+
+    def _fail(self, why: str) -> None:
+        """Stop the run on an error it cannot train through (the first one is the run's ``failure``)."""
+        if self.failure is None:
+            self.failure = why
+            self._stop(why)
+
+    def _reward_state(self, weights_version: int | None = None) -> RewardState:
+        """The rewards' ``trainer_state`` now: the trainer's step, for samples of ``weights_version`` (default the
+        trainer's)."""
+        train = self.cfg.train
+        return RewardState.at(self.version, train.max_steps, train.batch_groups, len(self.train_rows), weights_version)
+
+    async def continuous_training(self) -> None:
+        """Consume batches, step the trainers, sync weights, log; ``max_steps`` times."""
+        cfg = self.cfg.train
+        bar = tqdm(total=cfg.max_steps, initial=self.version, desc="train", unit="step", dynamic_ncols=True)
+        last, last_idle = time.monotonic(), self.admission.idle_seconds()
+        for step in range(self.version + 1, cfg.max_steps + 1):
+            if self.stopping.is_set():
+                log.error("stopping early at step %d", step)
+                break
+            try:
+                take = streamed_step if cfg.periodic_async else batch_step
+                groups, results = await take(self.cfg, self.fleet, self.version, self.stopping)
+            except RunStopped:
+                log.error("stopping early at step %d: no more rollouts are coming", step)
+                break
+            for group in groups:
+                self._finish(group.position)
+            self.counters.groups_trained += len(groups)
+            for position in await self.fleet.buffer.take_dropped_positions.remote():
+                self.counters.drop("stale")
+                self._finish(position)
+            buffer_stats = await self.fleet.buffer.stats.remote()
+            await self.admission.forget(buffer_stats.get("dropped_stale", 0) - self.admission.forgotten)
+            batch_stats = summarize_groups(groups, self.version)
+            self.version = step
+            idle = self.admission.idle_seconds()
+            errors, dropped = self.counters.rollout_errors, self.groups.dynamic_sampling.end_step()
+            metrics = step_metrics(groups, results, batch_stats, buffer_stats, idle, errors, dropped)
+            if step % cfg.sync_every == 0:
+                metrics.update(await self.weights.sync(self.version))
+            now, busy = time.monotonic(), max(r["seconds"] for r in results)
+            metrics.update(step_timing(now - last, busy, batch_stats["generated_tokens"], idle - last_idle))
+            if self.governor:  # the next batch's plans take the steered redundancy
+                redundancy = self.governor.update(metrics["rollout_idle_frac"])
+                self.policy.avg_redundancy = metrics["avg_redundancy"] = redundancy
+            last, last_idle = now, idle
+            self.logger.log(step, metrics)
+            self.logger.log_completions(step, completion_rows(step, groups, self.cfg.logging.completions_per_step))
+            bar.set_postfix_str(step_postfix(metrics))
+            bar.update(1)
+            every = cfg.checkpoint_every
+            if cfg.save_checkpoint and step < cfg.max_steps and (self.stop_signal or (every and step % every == 0)):
+                await self._checkpoint()
+            if self.stop_signal:
+                log.warning("stopped at step %d on %s", step, signal.Signals(self.stop_signal).name)
+                break
+            if self.cfg.eval.every and step % self.cfg.eval.every == 0 and step < cfg.max_steps:
+                await self.weights.synced()
+                await self._evaluate(f"step{step}")
+        await self.weights.synced()
+        bar.close()
+
+    def request_stop(self, signum: int) -> None:
+        """A signal handler: the first SIGTERM/SIGINT stops the run at the next step boundary with a checkpoint;
+        a second one stops it now (``finally`` blocks still shut everything down)."""
+        if self.stop_signal is not None:
+            raise KeyboardInterrupt
+        self.stop_signal = signum
+        name = signal.Signals(signum).name
+        log.warning("%s: stopping after this step with a checkpoint (send it again to stop now)", name)
+
+    async def _checkpoint(self) -> Path:
+        """Write a complete checkpoint of step ``self.version`` (see ``rl.loop.checkpoint``); returns its directory."""
+        state = {
+            "version": self.version,
+            "config": checkpoint.config_fingerprint(self.cfg),
+            "data": self.data_fingerprint,
+            "stream": self.stream.state(),
+            "in_flight": len(self.unfinished),
+            "counters": asdict(self.counters),
+            "accuracy_before": self.accuracy_before,
+        }
+        shaping = {"policy": self.policy, "governor": self.governor}
+        return await checkpoint.write(self.cfg, self.version, self.fleet.trainers, shaping, state)
+
+    async def _restore(self) -> None:
+        """Load the checkpoint into every trainer rank and the rollout engines; log what was restored."""
+        saved, equal = await checkpoint.load(self.resume, self.fleet.trainers)
+        resumed = {"trainer_digest_equal": float(equal), "replayed_groups": float(saved["in_flight"])}
+        self.logger.log(self.version, resumed, kind="resume")
+        if not equal:
+            damaged = "the trainer state loaded differs from the one saved; the checkpoint is damaged"
+            raise RunFailed(f"{self.resume}: {damaged}")
+        self.admission.accepted = self.version * self.cfg.train.batch_groups  # every trained group, as if run on
+        await self.weights.publish(self.version, None)
+        self.counters.replayed_groups += saved["in_flight"]
+        resumed_at = "resumed at step %d from %s; %d groups in flight or buffered at that checkpoint are sampled again"
+        log.warning(resumed_at, self.version, self.resume, saved["in_flight"])
+
+    async def _evaluate(self, tag: str) -> dict[str, float]:
+        live, state = self.fleet.rollout.live, self._reward_state()
+        rows, sampling, tools = self.test_rows, self.eval_sampling, self.groups.tools  # tools: episodes, as in training
+        metrics = await evaluate(rows, live, self.encoder, self.rewards, sampling, tag, state=state, tools=tools)
+        self.logger.log(self.version, metrics, kind="eval")
+        tqdm.write(eval_line(tag, self.version, metrics))  # above the training bar, which a print would break
+        return metrics
+
+
+def run_training(
+    cfg: RunConfig,
+    inputs: RunInputs | None = None,
+    resume: Path | None = None,
+    start_actors: ActorStarter | None = None,
+) -> dict[str, Any]:
+    """Synchronous entry point used by tests (``inputs``, ``resume``, ``start_actors``: see ``Driver``)."""
+    return asyncio.run(Driver(cfg, inputs, resume, start_actors).run())
