@@ -1,8 +1,9 @@
-"""Offline models: a tiny char-level Qwen2 warm-started on arithmetic, and SmolLM2-135M from GGUF.
+"""Offline models: a tiny char-level Qwen2 warm-started on arithmetic (and its tool-calling sibling,
+rl/calc_tiny.py), and SmolLM2-135M from GGUF.
 
 ``resolve_model(name)`` turns a recipe's model field into a local HF directory:
-``builtin:arith-tiny`` and ``builtin:smollm2-135m`` are built once and cached; anything else (a local
-directory or a hub name) is returned as it is for transformers/vLLM to load.
+``builtin:arith-tiny``, ``builtin:calc-tiny`` and ``builtin:smollm2-135m`` are built once and cached; anything else
+(a local directory or a hub name) is returned as it is for transformers/vLLM to load.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("rl.models")
 
@@ -49,12 +51,13 @@ def resolve_model(name: str) -> str:
         return str(build_dummy(name))
     if not name.startswith(BUILTIN_PREFIX):
         return name
-    builders = {"arith-tiny": build_arith_tiny, "smollm2-135m": build_smollm2}
+    from rl.calc_tiny import build_calc_tiny
+
+    builders = {"arith-tiny": build_arith_tiny, "calc-tiny": build_calc_tiny, "smollm2-135m": build_smollm2}
     key = name[len(BUILTIN_PREFIX) :]
     if key not in builders:
         raise ValueError(f"unknown builtin model {name!r}; known: {sorted(builders)}")
-    with no_progress_bars():  # a build's loads and saves; it logs one line of its own
-        return str(builders[key]())
+    return str(builders[key]())
 
 
 def _fingerprint(spec: dict) -> str:
@@ -87,74 +90,81 @@ def _char_tokenizer(out_dir: Path):
 
 def build_arith_tiny(force: bool = False) -> Path:
     """Build (or reuse) the tiny arithmetic policy: random Qwen2 + a short supervised warm start."""
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-
-    from rl.data.arith import ArithConfig, make_split
-
     spec = {"arch": TINY_ARCH, "sft": TINY_SFT, "chars": TINY_CHARS, "format": 2}
     out = cache_dir() / "models" / f"arith-tiny-{_fingerprint(spec)}"
     if (out / "model.safetensors").exists() and not force:
-        return out
+        return out  # before any heavy import: every run and test start resolves the model
+    with no_progress_bars():  # the build's loads and saves; it logs one line of its own
+        build_tiny(out, force, _char_tokenizer, _arith_examples, TINY_SFT)
+    return out
+
+
+def _arith_examples(tok) -> list[tuple[list[int], list[int]]]:
+    """arith-tiny's warm start: worked solutions of 2-4 one-digit operands, loss on the solution."""
+    rows = sft_rows(TINY_SFT)
+    pairs = [(tok.encode(r.prompt), tok.encode(r.columns["solution"]) + [tok.eos_token_id]) for r in rows]
+    return [(p + r, [-100] * len(p) + r) for p, r in pairs]
+
+
+def sft_rows(sft: dict) -> list:
+    """The arithmetic problems of a warm start: ``sft``'s seed, count, digits and operands, training split only (so
+    no held-out problem of a recipe's ``arith`` data is ever seen)."""
+    from rl.data.arith import ArithConfig, make_split
+
+    keys = ("seed", "digits", "min_operands", "max_operands")
+    return make_split(ArithConfig(num_train=sft["num_train"], num_test=0, **{k: sft[k] for k in keys}), "train")
+
+
+def build_tiny(
+    out: Path,
+    force: bool,
+    tokenizer: Callable[[Path], Any],
+    examples: Callable[[Any], list[tuple[list[int], list[int]]]],
+    sft: dict,
+) -> None:
+    """A random ``TINY_ARCH`` Qwen2 on the vocabulary of ``tokenizer(folder)`` (which saves it there), warm-started
+    on ``examples(tokenizer)`` with ``sft``'s settings, published at ``out``; on one thread, so a build is
+    deterministic."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
     threads = torch.get_num_threads()  # the caller's, restored after the build
     torch.set_num_threads(1)  # deterministic, and immune to a busy second core
     if force:
         shutil.rmtree(out, ignore_errors=True)
     t0 = time.time()
     tmp = _staging_dir(out)
-    tok = _char_tokenizer(tmp)
-    cfg = Qwen2Config(
-        vocab_size=len(tok),
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        **TINY_ARCH,
-    )
-    torch.manual_seed(TINY_SFT["seed"])
-    model = Qwen2ForCausalLM(cfg)
-    data = make_split(
-        ArithConfig(
-            seed=TINY_SFT["seed"],
-            num_train=TINY_SFT["num_train"],
-            num_test=0,
-            digits=TINY_SFT["digits"],
-            min_operands=TINY_SFT["min_operands"],
-            max_operands=TINY_SFT["max_operands"],
-        ),
-        "train",
-    )
-    pairs = [(tok.encode(r.prompt), tok.encode(r.columns["solution"]) + [tok.eos_token_id]) for r in data]
-    _supervised_warm_start(model, pairs, pad_id=tok.pad_token_id)
+    tok = tokenizer(tmp)
+    ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(sft["seed"])
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), tie_word_embeddings=True, **ids, **TINY_ARCH))
+    _supervised_warm_start(model, examples(tok), tok.pad_token_id, sft)
     model.save_pretrained(tmp)
-    GenerationConfig(
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
-    ).save_pretrained(tmp)
+    GenerationConfig(**ids).save_pretrained(tmp)
     _publish(tmp, out)
     torch.set_num_threads(threads)
     log.info("built %s in %.0f s", out, time.time() - t0)
-    return out
 
 
-def _supervised_warm_start(model, pairs: list[tuple[list[int], list[int]]], pad_id: int) -> None:
-    """A short next-token pass on (prompt, response) pairs, loss on response tokens only."""
+def _supervised_warm_start(model, examples: list[tuple[list[int], list[int]]], pad_id: int, sft: dict) -> None:
+    """A short next-token pass on (ids, labels) examples, ``sft``'s steps, batch size and learning rate; a label of
+    -100 (the prompt's tokens, a tool's result) is no loss term."""
     import torch
 
-    gen = torch.Generator().manual_seed(TINY_SFT["seed"])
-    opt = torch.optim.AdamW(model.parameters(), lr=TINY_SFT["lr"], weight_decay=0.0)
-    steps, warmup = TINY_SFT["steps"], TINY_SFT["warmup"]
+    gen = torch.Generator().manual_seed(sft["seed"])
+    opt = torch.optim.AdamW(model.parameters(), lr=sft["lr"], weight_decay=0.0)
+    steps, warmup = sft["steps"], sft["warmup"]
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warmup, 1.0))
     model.train()
     for step in range(steps):
-        idx = torch.randint(len(pairs), (TINY_SFT["batch_size"],), generator=gen).tolist()
-        seqs = [pairs[i][0] + pairs[i][1] for i in idx]
-        width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), pad_id)
-        labels = torch.full((len(seqs), width), -100)
+        idx = torch.randint(len(examples), (sft["batch_size"],), generator=gen).tolist()
+        width = max(len(examples[i][0]) for i in idx)
+        ids = torch.full((len(idx), width), pad_id)
+        labels = torch.full((len(idx), width), -100)
         for row, i in enumerate(idx):
-            p, r = pairs[i]
-            ids[row, : len(p) + len(r)] = torch.tensor(p + r)
-            labels[row, len(p) : len(p) + len(r)] = torch.tensor(r)
+            seq, target = examples[i]
+            ids[row, : len(seq)] = torch.tensor(seq)
+            labels[row, : len(seq)] = torch.tensor(target)
         loss = model(input_ids=ids, attention_mask=(ids != pad_id).long(), labels=labels).loss
         opt.zero_grad()
         loss.backward()
@@ -182,6 +192,12 @@ def build_smollm2(force: bool = False) -> Path:
         return out
     if force:
         shutil.rmtree(out, ignore_errors=True)
+    with no_progress_bars():  # the build's loads and saves; it logs one line of its own
+        _build_smollm2(out)
+    return out
+
+
+def _build_smollm2(out: Path) -> None:
     gguf_file = _find_smollm2_gguf()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -202,7 +218,6 @@ def build_smollm2(force: bool = False) -> Path:
     tok.save_pretrained(tmp)
     _publish(tmp, out)
     log.info("built %s in %.0f s", out, time.time() - t0)
-    return out
 
 
 @contextmanager
