@@ -32,6 +32,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         print(f"\nremoved {len(left)} shared-memory file(s) left in /dev/shm by killed test processes")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with integration tests first, each file's tests in their order: the xdist workers take whole files in
+    collection order, so the minutes-long ones start early and the quick ones fill in after them."""
+    heavy = {item.path for item in items if item.get_closest_marker("integration")}
+    items.sort(key=lambda item: item.path not in heavy)
+
+
 def _open(name: str) -> bool:
     """Whether a live process holds /dev/shm/NAME open or mapped."""
     for proc in Path("/proc").iterdir():
