@@ -17,11 +17,11 @@ import numpy as np
 
 from rl.bench.cost_model import DecodeProfile
 from rl.bench.length_model import LengthModel
-from rl.bench.rollout import Batch, RolloutBench, mode_shaping, policy_name
+from rl.bench.rollout import Batch, Completion, RolloutBench, mode_shaping, policy_name
 from rl.bench.synthetic_lengths import SyntheticLengthEngine
 from rl.model_shapes import dummy_config, is_dummy, vocab_size
 from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec
-from rl.types import PromptRow
+from rl.types import PromptRow, Sample
 
 if TYPE_CHECKING:
     from rl.bench.rollout import RolloutBenchConfig
@@ -83,6 +83,9 @@ class SyntheticRolloutBench(RolloutBench):
 
     def decode(self, tokens: list[int]) -> str:
         return ""
+
+    def completions(self, row: PromptRow, samples: list[Sample], episodes: list) -> list[Completion]:
+        return ["" for _ in samples]  # no tokenizer, and no reward reads them
 
     async def run(self, engine: InferenceEngine) -> list[dict]:
         """Every pass of ``RolloutBench.run``, on ``engine`` with drawn lengths."""
