@@ -21,7 +21,8 @@ demo: install
 	$(VENV)/bin/rl train arith_tiny
 
 # two pytest workers, whole files each: every worker has its own Ray and warm engine, and most tests wait on process
-# start-up more than they compute, so two overlap on 2 cores (fresh-clone CI: 7.6-10.7 min of tests against 13.7 in one)
+# start-up more than they compute, so two overlap on 2 cores (a fresh clone, models built: 14.7 min; three workers took
+# 14.1 min and twice the memory, 13.5 GiB at peak)
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
