@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rl.models import TINY_ARCH, TINY_SFT, _fingerprint, build_tiny, cache_dir, no_progress_bars, sft_rows
+from rl.models import TINY_ARCH, TINY_SFT, build_tiny, sft_rows
 
 CALC_CHARS = '0123456789+-=#;:,.{}[]"_ \nabcdefghijklmnopqrstuvwxyz'
 CALL_PIECES = ('{"name": "', '", "arguments": {"a": ', ', "b": ', "}}")
@@ -110,12 +110,7 @@ def build_calc_tiny(force: bool = False) -> Path:
     """Build (or reuse) ``builtin:calc-tiny``: random tiny Qwen2 + the warm start of the module docstring."""
     words = {"tags": TOOL_TAGS, "pieces": CALL_PIECES, "roles": ROLES, "byte_level": True}
     spec = {"arch": TINY_ARCH, "sft": CALC_SFT, "chars": CALC_CHARS, "words": words, "template": CALC_TEMPLATE}
-    out = cache_dir() / "models" / f"calc-tiny-{_fingerprint(spec)}"
-    if (out / "model.safetensors").exists() and not force:
-        return out  # before any heavy import
-    with no_progress_bars():  # the build's loads and saves; it logs one line of its own
-        build_tiny(out, force, calc_tokenizer, _calc_examples, CALC_SFT)
-    return out
+    return build_tiny("calc-tiny", spec, calc_tokenizer, _calc_examples, CALC_SFT, force)
 
 
 def _calc_examples(tok) -> list[tuple[list[int], list[int]]]:

@@ -91,12 +91,7 @@ def _char_tokenizer(out_dir: Path):
 def build_arith_tiny(force: bool = False) -> Path:
     """Build (or reuse) the tiny arithmetic policy: random Qwen2 + a short supervised warm start."""
     spec = {"arch": TINY_ARCH, "sft": TINY_SFT, "chars": TINY_CHARS, "format": 2}
-    out = cache_dir() / "models" / f"arith-tiny-{_fingerprint(spec)}"
-    if (out / "model.safetensors").exists() and not force:
-        return out  # before any heavy import: every run and test start resolves the model
-    with no_progress_bars():  # the build's loads and saves; it logs one line of its own
-        build_tiny(out, force, _char_tokenizer, _arith_examples, TINY_SFT)
-    return out
+    return build_tiny("arith-tiny", spec, _char_tokenizer, _arith_examples, TINY_SFT, force)
 
 
 def _arith_examples(tok) -> list[tuple[list[int], list[int]]]:
@@ -116,6 +111,24 @@ def sft_rows(sft: dict) -> list:
 
 
 def build_tiny(
+    name: str,
+    spec: dict,
+    tokenizer: Callable[[Path], Any],
+    examples: Callable[[Any], list[tuple[list[int], list[int]]]],
+    sft: dict,
+    force: bool = False,
+) -> Path:
+    """The cached tiny model ``name`` built to ``spec`` (its folder is named by the spec's fingerprint): returned
+    before any heavy import when built (every run and test start resolves its model), else built first."""
+    out = cache_dir() / "models" / f"{name}-{_fingerprint(spec)}"
+    if (out / "model.safetensors").exists() and not force:
+        return out
+    with no_progress_bars():  # the build's loads and saves; it logs one line of its own
+        _build_tiny(out, force, tokenizer, examples, sft)
+    return out
+
+
+def _build_tiny(
     out: Path,
     force: bool,
     tokenizer: Callable[[Path], Any],
