@@ -104,8 +104,9 @@ def ray_session():
 
 
 @pytest.fixture(scope="session")
-def rollout_worker(ray_session, tiny_model_dir):
-    """A real RolloutWorker actor with a vLLM engine on the tiny model (weights may change during tests)."""
+def warm_engine(ray_session, tiny_model_dir):
+    """The session's one real RolloutWorker actor with a vLLM engine on the tiny model; tests take it as
+    ``rollout_worker``."""
     from rl.rollout.engine import EngineSpec
     from rl.rollout.worker import remote_rollout_worker
 
@@ -114,3 +115,14 @@ def rollout_worker(ray_session, tiny_model_dir):
     yield worker
     ray_session.get(worker.shutdown.remote())
     ray_session.kill(worker)
+
+
+@pytest.fixture
+def rollout_worker(warm_engine, tiny_model_dir):
+    """The warm engine, on the tiny model's base weights as version 0 whatever the test before it loaded (a test may
+    load trained weights and stop before it restores them; the next one must not sample from them)."""
+    import ray
+    from small_runs import base_weights
+
+    ray.get(warm_engine.load_weights.remote(base_weights(tiny_model_dir), 0))
+    return warm_engine

@@ -132,7 +132,6 @@ def test_a_raising_and_a_hanging_tool_return_errors_and_never_stall(rollout_work
 
 
 def test_trainer_logprobs_equal_the_engines_on_a_multi_turn_episode(rollout_worker, tokenizer, tiny_model_dir):
-    ray.get(rollout_worker.load_weights.remote(base_weights(tiny_model_dir), 0))  # the trainer starts from these
     episode = episodes(rollout_worker, tokenizer, [length], "tools-lp", n=2)[0]
     s = episode.sample
     trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir))

@@ -33,17 +33,6 @@ def mean_abs_gap(trainer: TrainerWorker, samples, prompt: list[int]) -> float:
     return float(np.mean(gaps))
 
 
-@pytest.fixture(autouse=True)
-def engine_on_base_weights(rollout_worker, tiny_model_dir):
-    """Each test starts and ends with the session's engine on its base weights as version 0: the tests load trained
-    weights into it, and neither the next test here (whose trainer starts from the base weights) nor the files after
-    this one (test_rollout_worker's early stop) may find them there."""
-    base = base_weights(tiny_model_dir)
-    ray.get(rollout_worker.load_weights.remote(base, 0))
-    yield
-    ray.get(rollout_worker.load_weights.remote(base, 0))
-
-
 LORA_ADAPTER = LoraConfig(rank=4, sync="adapter")  # served by vLLM's LoRA support: a sync sends the adapter only
 LORA_MERGED = LoraConfig(rank=4, sync="merged")
 
