@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import ray
 import torch
-from rl.trainer.engine import TrainerSpec
+from rl.trainer.engine import TrainerSpec, make_train_engine
 from rl.trainer.fsdp_engine import FSDPEngine
 from rl.trainer.worker import TrainerWorker
 from synthetic import make_groups
@@ -20,17 +20,29 @@ from rl.types import Group, PromptRow
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 
 
-def _ranks(spec: TrainerSpec, n: int = 2) -> list:
+@pytest.fixture(scope="module")
+def rank_pair(ray_session, tiny_model_dir):
+    """Two trainer rank actors in one gloo process group, started once for the file (a rank's process start is
+    most of a test's time); each test gives them fresh engines with ``_fresh``."""
     actor = ray.remote(num_cpus=1)(TrainerWorker)
-    workers = [actor.remote(spec, rank, n) for rank in range(n)]
+    workers = [actor.remote(TrainerSpec(model=tiny_model_dir), rank, 2) for rank in range(2)]
     form_process_group(workers)  # meets on rank 0's node address, as multi-node runs do
-    return workers
-
-
-def _close(workers: list) -> None:
+    yield workers
     ray.get([w.shutdown.remote() for w in workers])
     for w in workers:
         ray.kill(w)
+
+
+def _fresh(workers: list, spec: TrainerSpec) -> list:
+    """``workers`` with new engines built from ``spec`` (the model's initial weights, a new optimizer), sharded over
+    the group they already form: as rank actors started with ``spec``."""
+
+    def fresh_engine(worker: TrainerWorker, spec: TrainerSpec) -> None:  # a closure: pickled by value to the actor
+        worker.engine = make_train_engine(spec, worker.rank, worker.world_size)
+        worker.engine.shard()
+
+    ray.get([w.__ray_call__.remote(fresh_engine, spec) for w in workers])
+    return workers
 
 
 def _noise_gradients(spec: TrainerSpec, groups: list) -> dict[str, torch.Tensor]:
@@ -70,7 +82,7 @@ def _assert_same_update(full: dict, expected: dict, before: dict, noise: dict, l
 @pytest.mark.parametrize(
     ("split", "mini_batches"), [("interleaved", 1), ("one-rank-empty", 1), ("uneven", 2), ("token-balanced", 1)]
 )
-def test_two_fsdp_ranks_make_the_update_of_one_rank(ray_session, tiny_model_dir, split, mini_batches, keep_gathered):
+def test_two_fsdp_ranks_make_the_update_of_one_rank(rank_pair, tiny_model_dir, split, mini_batches, keep_gathered):
     spec = TrainerSpec(
         model=tiny_model_dir, lr=1e-2, micro_batch_size=3, mini_batches=mini_batches, keep_gathered=keep_gathered
     )
@@ -79,7 +91,7 @@ def test_two_fsdp_ranks_make_the_update_of_one_rank(ray_session, tiny_model_dir,
     initial = {n: t.clone() for n, t in single.full_weights().items()}  # the live tensors on one CPU rank
     single.train_step(groups)
 
-    workers = _ranks(spec)
+    workers = _fresh(rank_pair, spec)
     # a rank with nothing, or with fewer micro-batches, runs idle ones: the gathers of both ranks still meet.
     # With 2 mini-batches, update c takes each rank's c-th half: uneven shards whose halves together are the
     # single rank's c-th half (groups 0-2, then 3-5)
@@ -91,25 +103,23 @@ def test_two_fsdp_ranks_make_the_update_of_one_rank(ray_session, tiny_model_dir,
     }[split]
     metrics = ray.get([w.train_step.remote(shard) for w, shard in zip(workers, shards, strict=True)])
     full, other = ray.get([w.full_weights.remote() for w in workers])
-    _close(workers)
 
     assert other == {}  # gathered on rank 0 only
     _assert_same_update(full, single.full_weights(), initial, _noise_gradients(spec, groups), spec.lr, mini_batches)
     assert metrics[0]["updates"] == metrics[1]["updates"] == mini_batches
 
 
-def test_sharded_checkpoint_round_trips_in_the_single_rank_format(ray_session, tiny_model_dir, tmp_path):
+def test_sharded_checkpoint_round_trips_in_the_single_rank_format(rank_pair, tiny_model_dir, tmp_path):
     spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=4)
-    workers = _ranks(spec)
+    workers = _fresh(rank_pair, spec)
     for seed in range(2):
         groups = make_groups(4, seed)
         ray.get([w.train_step.remote(groups[r::2]) for r, w in enumerate(workers)])
     path = str(tmp_path / "ckpt")
     ray.get([w.save.remote(path) for w in workers])
     digest = ray.get([w.state_digest.remote() for w in workers])[0]
-    _close(workers)
 
-    fresh = _ranks(spec)
+    fresh = _fresh(rank_pair, spec)
     assert ray.get([w.load.remote(path) for w in fresh]) == [2, 2]
     assert ray.get([w.state_digest.remote() for w in fresh])[0] == digest  # every parameter and AdamW moment
     single = FSDPEngine(spec)  # one format for any world size
@@ -118,17 +128,16 @@ def test_sharded_checkpoint_round_trips_in_the_single_rank_format(ray_session, t
     groups = make_groups(4, seed=9)
     ray.get([w.train_step.remote(groups[r::2]) for r, w in enumerate(fresh)])
     full = ray.get([w.full_weights.remote() for w in fresh])[0]
-    _close(fresh)
     before = {n: t.clone() for n, t in single.full_weights().items()}
     single.train_step(groups)
     _assert_same_update(full, single.full_weights(), before, _noise_gradients(spec, groups), spec.lr)
 
 
-def test_gathered_weights_give_vllm_the_sharded_trainers_logprobs(rollout_worker, tiny_model_dir, encode):
+def test_gathered_weights_give_vllm_the_sharded_trainers_logprobs(rank_pair, rollout_worker, tiny_model_dir, encode):
     from rl.loop.weight_channel import CpuWeightChannel
 
     prompt = encode(PROMPT_TEXT)
-    workers = _ranks(TrainerSpec(model=tiny_model_dir, lr=5e-2))
+    workers = _fresh(rank_pair, TrainerSpec(model=tiny_model_dir, lr=5e-2))
     samples = sample_once(rollout_worker, "fsdp-0", prompt)
     group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[1.0, 0.5])
     ray.get([w.train_step.remote(shard) for w, shard in zip(workers, [[group], []], strict=True)])
@@ -140,6 +149,5 @@ def test_gathered_weights_give_vllm_the_sharded_trainers_logprobs(rollout_worker
     for s in synced:  # every rank computes (the forward gathers), rank 0's answer
         trainer_lps = ray.get([w.sequence_logprobs.remote(prompt, s.tokens) for w in workers])[0]
         gaps.append(np.abs(np.array(trainer_lps) - np.array(s.logprobs)).mean())
-    _close(workers)
     assert report.dead == [] and all(v == 31 for s in synced for v in s.versions)
     assert float(np.mean(gaps)) < 1e-3
