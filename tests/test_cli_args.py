@@ -17,3 +17,18 @@ def test_an_unknown_option_or_word_is_still_refused(capsys):
             parse_args(argv)
         assert stop.value.code == 2
     assert "unrecognized arguments: x" in capsys.readouterr().err
+
+
+def test_a_run_the_driver_stops_is_one_line_and_exit_code_1(tmp_path, monkeypatch, capsys):
+    from rl.cli.main import main
+    from rl.loop.driver import Driver, RunFailed
+
+    async def stopped(self):
+        raise RunFailed("reward 'judge' failed on all of the last 4 groups")
+
+    monkeypatch.setattr(Driver, "run", stopped)
+    argv = ["train", "arith_tiny", f"output_dir={tmp_path}", "train.max_steps=1", "data.arith.num_train=20"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "run stopped: reward 'judge' failed on all of the last 4 groups"
+    assert not any("Traceback" in line for line in err)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
-from small_runs import SMALL, on_the_warm_engine, small_run
+from small_runs import on_the_warm_engine, small_run
 
-from rl.cli.main import main
-from rl.loop.driver import run_training
+from rl.inputs.preflight import preflight
+from rl.loop.driver import RunFailed, run_training
 from rl.output.report import write_report
 
 pytestmark = pytest.mark.integration
@@ -34,18 +35,18 @@ def _trl_style_data(path: Path) -> Path:
     return path
 
 
-def _train(tmp_path: Path, capsys, *overrides: str) -> tuple[int, str, str]:
-    code = main(["train", "arith_tiny", f"output_dir={tmp_path}", "name=run", *SMALL, *overrides])
-    out, err = capsys.readouterr()
-    return code, out, err
+def _train(rollout_worker: Any, tmp_path: Path, *overrides: str) -> dict[str, Any]:
+    """A small run as ``rl train`` makes it (preflight first), served from the session's warm engine."""
+    cfg = small_run(tmp_path, "run", *overrides)
+    return run_training(cfg, preflight(cfg), start_actors=on_the_warm_engine(rollout_worker))
 
 
-def test_trl_accuracy_reward_runs_unmodified(ray_session, tiny_model_dir, tmp_path, capsys):
+def test_trl_accuracy_reward_runs_unmodified(rollout_worker, tiny_model_dir, tmp_path, capsys):
     model = _chat_model(tiny_model_dir, tmp_path / "chat-model")
     data = _trl_style_data(tmp_path / "trl.jsonl")
-    code, out, err = _train(
+    summary = _train(
+        rollout_worker,
         tmp_path,
-        capsys,
         "train.max_steps=2",
         f"model.path={model}",
         f"data.source={data}",
@@ -53,11 +54,9 @@ def test_trl_accuracy_reward_runs_unmodified(ray_session, tiny_model_dir, tmp_pa
         "data.chat=true",
         "reward.functions=[{fn: 'trl.rewards:accuracy_reward'}, {fn: arith_exact}]",  # solution, and answer
     )
-    assert code == 0, err
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # rl train writes it there
     assert summary["steps"] == 2
     assert summary["reward_failures"] == {}
-    assert "holding out" in out  # one file: a part held out for evaluation
+    assert "holding out" in capsys.readouterr().out  # one file: a part held out for evaluation
 
 
 REFUSES_IN_WORKERS = '''
@@ -72,13 +71,12 @@ def r(completions, **kwargs):
 '''
 
 
-def test_reward_failing_a_whole_step_stops_the_run(ray_session, tiny_model_dir, tmp_path, capsys):
+def test_reward_failing_a_whole_step_stops_the_run(rollout_worker, tmp_path):
     (tmp_path / "judge.py").write_text(REFUSES_IN_WORKERS)
-    code, _, err = _train(tmp_path, capsys, "train.max_steps=3", f"reward.functions.0.fn={tmp_path / 'judge.py'}:r")
-    assert code == 1
-    stopped = [line for line in err.splitlines() if line.startswith("run stopped:")]
-    assert len(stopped) == 1 and "failed on all of the last 4 groups" in stopped[0]
-    assert "RuntimeError: judge unreachable" in stopped[0]
+    with pytest.raises(RunFailed) as stopped:  # rl train prints it as one line, "run stopped: ...", exit code 1
+        _train(rollout_worker, tmp_path, "train.max_steps=3", f"reward.functions.0.fn={tmp_path / 'judge.py'}:r")
+    assert "failed on all of the last 4 groups" in str(stopped.value) and "\n" not in str(stopped.value)
+    assert "RuntimeError: judge unreachable" in str(stopped.value)
 
 
 SCHEDULE = '''
