@@ -15,11 +15,13 @@ import json
 import logging
 import os
 import re
+import select
 import sys
 import threading
 from pathlib import Path
 
 LOG_DIR_ENV = "TAILOR_LOG_DIR"  # set while routing: Ray actors started from this process route into it
+PUMP_POLL_S = 0.1  # how often a pump told to drain checks that nothing is left to read
 
 # Lines known to be harmless on this stack, kept out of the console (they stay in the log files). One entry per
 # source; a line that matches none of them and is not INFO/DEBUG chatter is shown.
@@ -96,11 +98,20 @@ class ConsoleFilter(logging.Filter):
         return record.levelno >= logging.WARNING and not _QUIET.search(record.getMessage())
 
 
-def _pump(read_fd: int, log_path: Path, console_fd: int) -> None:
-    """Copy everything from ``read_fd`` to ``log_path``; the lines ``shown`` also to ``console_fd``."""
+def _pump(read_fd: int, log_path: Path, console_fd: int, drained: threading.Event) -> None:
+    """Copy everything from ``read_fd`` to ``log_path``; the lines ``shown`` also to ``console_fd``. Ends at end of
+    file, or once ``drained`` is set and nothing is left to read (child processes may hold the pipe open after this
+    process stopped writing to it)."""
     sieve, pending = LineSieve(), b""
     with log_path.open("ab") as log:
-        while chunk := os.read(read_fd, 1 << 16):
+        while True:
+            if not select.select([read_fd], [], [], PUMP_POLL_S)[0]:
+                if drained.is_set():
+                    break
+                continue
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
             log.write(chunk)
             log.flush()
             *lines, pending = (pending + chunk).split(b"\n")
@@ -110,8 +121,8 @@ def _pump(read_fd: int, log_path: Path, console_fd: int) -> None:
     os.close(read_fd)
 
 
-def _route_fds(log_path: Path, console_fd: int) -> threading.Thread:
-    """Point fds 1 and 2 (inherited by child processes) at a pipe pumped into ``log_path``."""
+def _route_fds(log_path: Path, console_fd: int, drained: threading.Event) -> threading.Thread:
+    """Point fds 1 and 2 (inherited by child processes) at a pipe pumped into ``log_path`` (until ``drained``)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     read_fd, write_fd = os.pipe()
     for stream in (sys.__stdout__, sys.__stderr__):
@@ -120,7 +131,8 @@ def _route_fds(log_path: Path, console_fd: int) -> threading.Thread:
     os.dup2(write_fd, 1)
     os.dup2(write_fd, 2)
     os.close(write_fd)
-    pump = threading.Thread(target=_pump, args=(read_fd, log_path, console_fd), name="console-pump", daemon=True)
+    args = (read_fd, log_path, console_fd, drained)
+    pump = threading.Thread(target=_pump, args=args, name="console-pump", daemon=True)
     pump.start()
     return pump
 
@@ -139,9 +151,10 @@ def route(log_dir: Path) -> None:
     sys.stderr.flush()
     os.environ[LOG_DIR_ENV] = str(log_dir.resolve())
     os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.__stdout__"  # vLLM's handler writes to fd 1, not the terminal
-    pump = _route_fds(log_dir / "main.log", os.dup(terminal_err.fileno()))
+    drained = threading.Event()
+    pump = _route_fds(log_dir / "main.log", os.dup(terminal_err.fileno()), drained)
     sys.stdout, sys.stderr = terminal_out, terminal_err
-    _state.update(pump=pump, out=terminal_out, err=terminal_err, log_dir=log_dir)
+    _state.update(pump=pump, drained=drained, out=terminal_out, err=terminal_err, log_dir=log_dir)
     handler = logging.StreamHandler(terminal_err)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     handler.addFilter(ConsoleFilter())
@@ -172,13 +185,14 @@ def filter_handlers(logger: logging.Logger) -> None:
 
 
 def _unroute() -> None:
-    """At exit: give fds 1 and 2 back to the terminal so the pump drains what is left, then wait for it briefly."""
+    """At exit: give fds 1 and 2 back to the terminal, let the pump drain what is left, wait for it briefly."""
     out, err = _state["out"], _state["err"]
     for stream in (sys.__stdout__, sys.__stderr__):
         if stream is not None:
             stream.flush()
     os.dup2(out.fileno(), 1)  # type: ignore[attr-defined]
     os.dup2(err.fileno(), 2)  # type: ignore[attr-defined]
+    _state["drained"].set()  # type: ignore[attr-defined]
     _state["pump"].join(timeout=2.0)  # type: ignore[attr-defined]
 
 
@@ -188,7 +202,7 @@ def worker_setup() -> None:
     if not directory:
         return
     try:
-        _route_fds(Path(directory) / f"worker-{os.getpid()}.log", os.dup(2))
+        _route_fds(Path(directory) / f"worker-{os.getpid()}.log", os.dup(2), threading.Event())
     except OSError as e:  # e.g. a node of a cluster that cannot write there: leave the output as Ray routes it
         print(f"tailor: output not routed to {directory}: {e}", file=sys.stderr)
 
