@@ -55,22 +55,24 @@ class Lent:
 def on_the_warm_engine(rollout_worker: Any) -> Callable[..., Fleet]:
     """An actor starter (``Driver(start_actors=...)``) that serves the run from the session's warm engine (the
     ``rollout_worker`` fixture) instead of starting one: the engine is given the base weights as version 0 first;
-    trainers, buffer and weight channel are the run's own real actors, as ``rl.loop.actors.start_fleet`` makes them."""
+    trainers, buffer and weight channel are the run's own real actors, as ``rl.loop.actors.start_fleet`` makes them.
+    With ``rollout.num_workers`` > 1 the others are real engines of the run's own, started after the warm one (a
+    dead-worker test kills one of those); nothing is restarted."""
     import ray
 
-    from rl.loop.actors import start_buffer, start_trainers
+    from rl.loop.actors import start_buffer, start_rollout_workers, start_trainers
     from rl.loop.fleet import RolloutPool
     from rl.loop.weight_channel import make_weight_channel
 
     def start(cfg: RunConfig, model_dir: str, counters: Any) -> Fleet:
         r, s = cfg.rollout, cfg.shaping
-        assert r.num_workers == 1 and s.priority == "none" and not s.scorer_worker and cfg.train.lora is None, (
-            "the warm engine serves one plain worker's runs"
-        )
+        assert s.priority == "none" and not s.scorer_worker and cfg.train.lora is None, "plain workers only"
+        assert r.num_workers == 1 or r.max_restarts == 0, "a run with engines of its own restarts none"
         ray.get(rollout_worker.load_weights.remote(base_weights(model_dir), 0))
         trainers = start_trainers(cfg, model_dir)
         engine = Lent(rollout_worker, base_weights(model_dir))
-        pool = RolloutPool([engine], counters)  # no restarts: the dead-worker tests start engines of their own
+        own = start_rollout_workers(cfg, model_dir, range(1, r.num_workers))
+        pool = RolloutPool([engine, *own], counters)  # no restarts: test_e2e_dead_worker's replacement starts its own
         channel = make_weight_channel(cfg.weight_sync.transport, trainers, pool.live, r.partial_rollouts == "resubmit")
         return Fleet(pool, trainers, start_buffer(cfg), channel, kill=lambda a: None if a is engine else ray.kill(a))
 

@@ -14,7 +14,7 @@ from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
-from small_runs import small_run
+from small_runs import on_the_warm_engine, small_run
 
 from rl.loop.driver import Driver
 
@@ -91,7 +91,8 @@ def assert_evaluated_on_every_problem(summary: dict, run_dir: Path) -> None:
     assert summary["accuracy_after"] == after["accuracy"] and (after["accuracy"] * 8).is_integer()
 
 
-def test_run_survives_a_dead_rollout_worker(ray_session, tiny_model_dir, tmp_path):
+def test_run_survives_a_dead_rollout_worker(rollout_worker, tiny_model_dir, tmp_path):
+    """Two engines, the session's warm one and one of the run's own; the run's own dies."""
     cfg = small_run(
         tmp_path,
         "dead",
@@ -100,7 +101,7 @@ def test_run_survives_a_dead_rollout_worker(ray_session, tiny_model_dir, tmp_pat
         "train.max_steps=4",
         "train.max_staleness=1",
     )
-    summary = run_killing_after_first_step(Driver(cfg), victim=1)
+    summary = run_killing_after_first_step(Driver(cfg, start_actors=on_the_warm_engine(rollout_worker)), victim=1)
 
     assert summary["steps"] == 4  # the run finished on the surviving worker
     assert summary["dead_workers"] == 1 and summary["restarted_workers"] == 0
