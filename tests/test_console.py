@@ -82,7 +82,7 @@ def test_console_filter_keeps_tailor_info_and_other_libraries_warnings():
     assert not passes("ray", logging.WARNING, "Token authentication is enabled for this Ray cluster.")
 
 
-def test_route_sends_fd_output_to_the_log_and_only_faults_to_the_console(tmp_path):
+def test_route_sends_fd_output_to_the_log_and_only_faults_to_theconsole_of(tmp_path):
     """A process that routes: fd-level writes (as C++ code and child processes make) reach the log file, and the
     console gets Tailor's print and the fault, not the harmless warning."""
     script = textwrap.dedent(
@@ -119,7 +119,7 @@ def test_the_training_bar_shows_the_key_metrics():
     assert text == "reward 0.500, acc 0.25, 1.5 s/step, 812 tok/s, waste 0.12"
 
 
-def _console(cmd: list[str], tmp_path: Path) -> str:
+def console_of(cmd: list[str], tmp_path: Path) -> str:
     """Run an ``rl`` command as a user does (in a user's environment); its stdout and stderr together."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # conftest's, not a user's
     done = subprocess.run(
@@ -130,7 +130,7 @@ def _console(cmd: list[str], tmp_path: Path) -> str:
     return text
 
 
-def _assert_quiet(text: str, max_lines: int) -> None:
+def assert_quiet(text: str, max_lines: int) -> None:
     lines = text.replace("\r", "\n").splitlines()  # progress-bar refreshes count too
     assert WEIGHT_LOAD_WARNING not in text and "Traceback" not in text and "Exception ignored" not in text, text
     assert " INFO 1" not in text, text  # no engine INFO line (vLLM's "INFO 11-24 ...")
@@ -141,7 +141,7 @@ def _assert_quiet(text: str, max_lines: int) -> None:
 def test_rl_train_console_is_short_and_ends_with_a_summary(user_train_run):
     text = user_train_run.console
     assert user_train_run.returncode == 0, text[-3000:]
-    _assert_quiet(text, 18)  # as captured here, off a terminal: the progress bar writes a line at each refresh
+    assert_quiet(text, 18)  # as captured here, off a terminal: the progress bar writes a line at each refresh
     lines = [line for line in text.replace("\r", "\n").splitlines() if line.strip()]
     bar = [line for line in lines if line.startswith("train:")]
     assert 1 <= len(bar) <= 2 + 2 * 2, text  # its start and close, at most two refreshes a step between
@@ -157,20 +157,10 @@ def test_rl_train_console_is_short_and_ends_with_a_summary(user_train_run):
 
 
 @pytest.mark.integration
-def test_rl_eval_console_has_no_traceback_at_exit(tiny_model_dir, tmp_path):
-    text = _console(
-        ["eval", "builtin:arith-tiny", "--dataset", "arith", "--limit", "4", "--out", "e/eval.json"], tmp_path
-    )
-    _assert_quiet(text, 30)
-    assert "pass@1" in text
-    assert (tmp_path / "e" / "logs" / "main.log").stat().st_size > 0
-
-
-@pytest.mark.integration
 def test_rl_bench_rollout_console_shows_progress(tiny_model_dir, tmp_path):
     bench = ["bench", "rollout", "--prompts", "2", "--m-keep", "2", "--max-tokens", "8", "--modes", "plain,darts"]
-    text = _console([*bench, "--no-plots", "--out", "b"], tmp_path)
-    _assert_quiet(text, 60)
+    text = console_of([*bench, "--no-plots", "--out", "b"], tmp_path)
+    assert_quiet(text, 60)
     assert "engine up in" in text and "plain repeat 0" in text and "darts repeat 0" in text and "2/2" in text
     assert "| mode |" in text
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from test_console import assert_quiet, console_of
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,8 @@ def test_build_is_a_plain_float32_llama_that_answers(smollm2_dir):
 
 @pytest.mark.integration
 def test_rl_eval_serves_it_with_vllm_in_process(smollm2_dir, tmp_path):
-    """The whole ``rl eval`` path on a local file with a plug-in reward: chat template, vLLM, greedy answers."""
+    """The whole ``rl eval`` path on a local file with a plug-in reward: chat template, vLLM, greedy answers; a quiet
+    console with no traceback at exit."""
     data = tmp_path / "qa.jsonl"
     data.write_text(
         "\n".join(
@@ -61,19 +63,20 @@ def test_rl_eval_serves_it_with_vllm_in_process(smollm2_dir, tmp_path):
         "def contains_answer(prompts, completions, answer, **columns):\n"
         "    return [float(a.lower() in c[-1]['content'].lower()) for c, a in zip(completions, answer)]\n"
     )
-    out = tmp_path / "eval.json"
+    out = tmp_path / "e" / "eval.json"
     cmd = [
-        *(sys.executable, "-m", "rl.cli", "eval", "builtin:smollm2-135m", "--dataset", str(data)),
+        *("eval", "builtin:smollm2-135m", "--dataset", str(data)),
         *("--recipe", "arith_smollm2", "--set", "data.template='{prompt}'", "--set", "data.system_prompt=null"),
         *("--set", f"reward.functions=[{{fn: '{tmp_path / 'qa_reward.py'}:contains_answer'}}]"),
         *("--samples", "2", "--temperature", "0", "--max-tokens", "24", "--out", str(out)),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    console = console_of(cmd, tmp_path)  # as a user runs it; the console is rl eval's (tests/test_console.py)
+    assert_quiet(console, 30)
+    assert (tmp_path / "e" / "logs" / "main.log").stat().st_size > 0  # the engine's output went there
     report = json.loads(out.read_text())
     assert report["settings"]["model_dir"] == smollm2_dir
     m = report["metrics"]
     assert m["num_problems"] == 2 and m["samples_per_problem"] == 2
     assert m["pass@1"] == 1.0, [p["first_text"] for p in report["problems"]]  # greedy: Paris, blue
     assert all(0 < n <= 24 for p in report["problems"] for n in p["lengths"])
-    assert "pass@2" in proc.stdout
+    assert "pass@1" in console and "pass@2" in console
