@@ -1,12 +1,14 @@
 """The console shows Tailor's lines: engine chatter and known-harmless warnings go to OUT/logs/, faults stay visible.
 
-The unit tests drive ``rl.output.console`` directly; the integration tests run ``rl train``, ``rl eval`` and
-``rl bench rollout`` on the tiny model in a subprocess and read their whole console.
+The unit tests drive ``rl.output.console`` directly; the integration tests run ``rl train`` and ``rl bench rollout``
+on the tiny model in a subprocess and read their whole console (``rl eval``'s: tests/test_models_smollm2.py), and
+stop the bench with SIGTERM.
 """
 
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rl.loop.processes import alive, descendants, wait_for
 from rl.output.console import ConsoleFilter, LineSieve, run_summary, shown, step_postfix
 
 WEIGHT_LOAD_WARNING = "Failed to load weights"
@@ -119,11 +122,20 @@ def test_the_training_bar_shows_the_key_metrics():
     assert text == "reward 0.500, acc 0.25, 1.5 s/step, 812 tok/s, waste 0.12"
 
 
+def user_env() -> dict[str, str]:
+    """This process's environment less what conftest sets for the tests' in-process engines."""
+    return {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+
+
 def console_of(cmd: list[str], tmp_path: Path) -> str:
     """Run an ``rl`` command as a user does (in a user's environment); its stdout and stderr together."""
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # conftest's, not a user's
     done = subprocess.run(
-        [sys.executable, "-m", "rl.cli", *cmd], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+        [sys.executable, "-m", "rl.cli", *cmd],
+        capture_output=True,
+        text=True,
+        env=user_env(),
+        cwd=tmp_path,
+        timeout=600,
     )
     text = done.stdout + done.stderr
     assert done.returncode == 0, text[-3000:]
@@ -157,12 +169,35 @@ def test_rl_train_console_is_short_and_ends_with_a_summary(user_train_run):
 
 
 @pytest.mark.integration
-def test_rl_bench_rollout_console_shows_progress(tiny_model_dir, tmp_path):
-    bench = ["bench", "rollout", "--prompts", "2", "--m-keep", "2", "--max-tokens", "8", "--modes", "plain,darts"]
-    text = console_of([*bench, "--no-plots", "--out", "b"], tmp_path)
+def test_rl_bench_rollout_shows_progress_and_sigterm_stops_it_and_its_engine(tiny_model_dir, tmp_path):
+    """A long ``rl bench rollout``, run as a user runs it: a quiet console shows the engine start and each mode's
+    passes; SIGTERM once both modes ran stops it with exit code 143, the vLLM engine-core process it started goes
+    with it (without the handler it would be orphaned), and no result is written for a run cut short."""
+    log = tmp_path / "bench.log"
+    bench = ["bench", "rollout", "--model", tiny_model_dir, "--prompts", "32", "--max-tokens", "48", "--m-keep", "2"]
+    bench += ["--modes", "plain,darts", "--repeats", "50", "--no-plots", "--out", str(tmp_path / "b")]
+    with log.open("w") as out:
+        cmd = [sys.executable, "-m", "rl.cli", *bench]
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=user_env(), cwd=tmp_path)
+    children: set[int] = set()
+    try:
+        assert wait_for(lambda: "darts repeat 0" in log.read_text() or proc.poll() is not None, 600), "no pass"
+        assert proc.poll() is None, log.read_text()[-3000:]
+        children = descendants(proc.pid)
+        assert children, "the engine core should run in a child process"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+        assert wait_for(lambda: not any(alive(pid) for pid in children), 60), [p for p in children if alive(p)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in children | descendants(proc.pid):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert not (tmp_path / "b" / "bench_rollout.json").exists()  # stopped mid-run: no partial result
+    text = log.read_text()
     assert_quiet(text, 60)
-    assert "engine up in" in text and "plain repeat 0" in text and "darts repeat 0" in text and "2/2" in text
-    assert "| mode |" in text
+    assert "engine up in" in text and "plain repeat 0" in text and "darts repeat 0" in text and "/100 [" in text
 
 
 def test_records_before_routing_are_sieved_unless_verbose():
