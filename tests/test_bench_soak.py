@@ -18,6 +18,7 @@ SETTINGS = [
     *[s for s in SMALL if not s.startswith("train.save_checkpoint")],  # the soak resumes from checkpoints
     "reward.functions.0.fn=soak_faults:each_fault_once",  # every reward fault once, early (tests/soak_faults.py)
     "reward.num_workers=1",  # one call at a time: the fault log is read before each call
+    "reward.timeout_s=4",  # the hung call is killed after 4 s (the recipe waits 10)
 ]
 
 
