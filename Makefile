@@ -24,7 +24,7 @@ demo: install
 # start-up more than they compute, so two overlap on 2 cores (a fresh clone, models built: 14.7 min; three workers took
 # 14.1 min and twice the memory, 13.5 GiB at peak)
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 # what .ci/run checks before the tests (and .pre-commit-config.yaml before a commit): a few seconds each
 check: lint typecheck docs

@@ -137,7 +137,7 @@ def test_peer_only_refuses_equal_time_before_anything_runs(capsys):
     assert "--equal-time needs a Tailor variant's time" in capsys.readouterr().err
 
 
-@pytest.mark.integration
+@pytest.mark.integration(seconds=85)
 def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path):
     variant = "sync:train.max_staleness=0,train.sync_every=1"
     argv = ["bench", "peer", "arith_tiny", *SMALL, "--seeds", "0", "--steps", "2", "--points", "2"]

@@ -10,7 +10,7 @@ from small_runs import SMALL
 
 from rl.bench.soak import SoakSchedule, run_soak, soak_table
 
-pytestmark = pytest.mark.integration  # two `rl train` processes, each with its own Ray and vLLM
+pytestmark = pytest.mark.integration(seconds=130)  # two `rl train` processes, each with its own Ray and vLLM
 
 # a worker killed at step 2, a NaN loss at 4, the whole run SIGKILLed at 7 (resumed from step 6)
 SCHEDULE = SoakSchedule(steps=10, checkpoint_every=3, kill_worker_at=2, nan_loss_at=4, sigkill_at=7, sigterm_at=None)

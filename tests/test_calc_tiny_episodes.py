@@ -17,7 +17,7 @@ from rl.shaping.policy import GroupPlan
 
 from rl.types import PromptRow
 
-pytestmark = pytest.mark.integration  # starts real vLLM
+pytestmark = pytest.mark.integration(seconds=100)  # starts real vLLM; builds calc-tiny on a fresh machine
 
 ROW = PromptRow("c", [{"role": "user", "content": "417+385="}], "802")
 SETTINGS = ToolSettings(("rl.recipes.calculator:add",), None, max_tool_calls=2, timeout_s=5.0, base_dir=".")

@@ -149,7 +149,7 @@ def assert_quiet(text: str, max_lines: int) -> None:
     assert len(lines) <= max_lines, text
 
 
-@pytest.mark.integration
+@pytest.mark.integration(seconds=75)
 def test_rl_train_console_is_short_and_ends_with_a_summary(user_train_run):
     text = user_train_run.console
     assert user_train_run.returncode == 0, text[-3000:]

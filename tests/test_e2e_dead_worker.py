@@ -18,7 +18,7 @@ from small_runs import on_the_warm_engine, small_run
 
 from rl.loop.driver import Driver
 
-pytestmark = pytest.mark.integration  # starts real Ray or vLLM
+pytestmark = pytest.mark.integration(seconds=90)  # starts real Ray or vLLM
 
 
 def _mapped_semaphore_inodes() -> set[int]:

@@ -21,7 +21,7 @@ from rl.loop.driver import Driver, RunFailed
 from rl.loop.processes import alive, kill_tree, wait_for
 from rl.output.metrics import read_records
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.integration(seconds=170)
 
 STEPS = 12
 RUN = [

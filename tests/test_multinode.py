@@ -14,7 +14,7 @@ import pytest
 
 from rl.loop import cluster
 
-pytestmark = pytest.mark.integration  # starts a Ray cluster, real vLLM and torch
+pytestmark = pytest.mark.integration(seconds=75)  # starts a Ray cluster, real vLLM and torch
 
 
 @pytest.fixture(scope="module")
