@@ -73,13 +73,15 @@ def _reward(tmp_path: Path, body: str) -> str:
 
 
 def _train(capsys, recipe: str | Path, *overrides: str) -> tuple[int, str]:
-    """``rl train`` in-process; returns the exit code and stderr, which must be one line without a traceback."""
+    """``rl train`` in-process; returns the exit code and stderr, which must be one line without a traceback. Ray is
+    as it was (up only where an earlier test of this pytest worker started the session's instance)."""
     import ray
 
+    ray_before = ray.is_initialized()
     code = main(["train", str(recipe), *overrides])
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err
-    assert not ray.is_initialized()
+    assert ray.is_initialized() == ray_before
     return code, err
 
 
@@ -659,12 +661,13 @@ def test_every_command_answers_bad_input_before_anything_starts(
 ):
     import ray
 
+    ray_before = ray.is_initialized()  # up only where an earlier test of this pytest worker started it
     assert _run([str(a) for a in argv(tmp_path)]) == code
     out, err = capsys.readouterr()
     err = err.strip()
     assert message in err and "Traceback" not in err + out and "errors.pydantic.dev" not in err
     assert 1 <= len(err.splitlines()) <= lines, err
-    assert not ray.is_initialized()
+    assert ray.is_initialized() == ray_before
 
 
 def test_a_reward_returning_none_for_every_sample_is_a_warning(tmp_path, capsys):
