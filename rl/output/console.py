@@ -98,14 +98,14 @@ class ConsoleFilter(logging.Filter):
         return record.levelno >= logging.WARNING and not _QUIET.search(record.getMessage())
 
 
-def _pump(read_fd: int, log_path: Path, console_fd: int, drained: threading.Event) -> None:
+def _pump(read_fd: int, log_path: Path, console_fd: int, drained: threading.Event | None) -> None:
     """Copy everything from ``read_fd`` to ``log_path``; the lines ``shown`` also to ``console_fd``. Ends at end of
-    file, or once ``drained`` is set and nothing is left to read (child processes may hold the pipe open after this
-    process stopped writing to it)."""
+    file, or (given ``drained``) once it is set and nothing is left to read: child processes may hold the pipe open
+    after this process stopped writing to it."""
     sieve, pending = LineSieve(), b""
     with log_path.open("ab") as log:
         while True:
-            if not select.select([read_fd], [], [], PUMP_POLL_S)[0]:
+            if drained is not None and not select.select([read_fd], [], [], PUMP_POLL_S)[0]:
                 if drained.is_set():
                     break
                 continue
@@ -121,8 +121,9 @@ def _pump(read_fd: int, log_path: Path, console_fd: int, drained: threading.Even
     os.close(read_fd)
 
 
-def _route_fds(log_path: Path, console_fd: int, drained: threading.Event) -> threading.Thread:
-    """Point fds 1 and 2 (inherited by child processes) at a pipe pumped into ``log_path`` (until ``drained``)."""
+def _route_fds(log_path: Path, console_fd: int, drained: threading.Event | None = None) -> threading.Thread:
+    """Point fds 1 and 2 (inherited by child processes) at a pipe pumped into ``log_path`` (until end of file, or
+    ``drained``)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     read_fd, write_fd = os.pipe()
     for stream in (sys.__stdout__, sys.__stderr__):
@@ -202,7 +203,7 @@ def worker_setup() -> None:
     if not directory:
         return
     try:
-        _route_fds(Path(directory) / f"worker-{os.getpid()}.log", os.dup(2), threading.Event())
+        _route_fds(Path(directory) / f"worker-{os.getpid()}.log", os.dup(2))  # pumped as long as the worker lives
     except OSError as e:  # e.g. a node of a cluster that cannot write there: leave the output as Ray routes it
         print(f"tailor: output not routed to {directory}: {e}", file=sys.stderr)
 
