@@ -20,9 +20,9 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	$(VENV)/bin/rl train arith_tiny
 
-# two pytest workers, whole files each: every worker has its own Ray and warm engine, and most tests wait on process
-# start-up more than they compute, so two overlap on 2 cores (a fresh clone, models built: 14.7 min; three workers took
-# 14.1 min and twice the memory, 13.5 GiB at peak)
+# two pytest workers, whole files each, the longest files first (conftest; xdist would reorder them by test count):
+# every worker has its own Ray and warm engine, and most tests wait on process start-up more than they compute, so two
+# overlap on 2 cores (a fresh clone, models built: 10.7 min)
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
