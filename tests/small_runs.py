@@ -32,11 +32,11 @@ def small_run(tmp_path: Path, name: str, *overrides: str) -> RunConfig:
 
 class Lent:
     """The session's warm rollout worker lent to one run: calls go through to it, but the run's shutdown only waits
-    until the requests the run left in flight have ended and gives the engine its base weights back (version 0), so
-    the next test finds it up, idle and as it was."""
+    until the requests the run left in flight have ended, so the engine stays up and idle (the next run's start, or
+    the next test's ``rollout_worker`` fixture, gives it the base weights again)."""
 
-    def __init__(self, handle: Any, base: bytes) -> None:
-        self.handle, self.base = handle, base
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.handle, name)
@@ -47,7 +47,6 @@ class Lent:
             deadline = time.monotonic() + 60
             while (await self.handle.stats.remote())["unfinished"] and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            await self.handle.load_weights.remote(self.base, 0)
 
         return SimpleNamespace(remote=lambda: asyncio.ensure_future(drained()))
 
@@ -70,7 +69,7 @@ def on_the_warm_engine(rollout_worker: Any) -> Callable[..., Fleet]:
         assert r.num_workers == 1 or r.max_restarts == 0, "a run with engines of its own restarts none"
         ray.get(rollout_worker.load_weights.remote(base_weights(model_dir), 0))
         trainers = start_trainers(cfg, model_dir)
-        engine = Lent(rollout_worker, base_weights(model_dir))
+        engine = Lent(rollout_worker)
         own = start_rollout_workers(cfg, model_dir, range(1, r.num_workers))
         pool = RolloutPool([engine, *own], counters)  # no restarts: test_e2e_dead_worker's replacement starts its own
         channel = make_weight_channel(cfg.weight_sync.transport, trainers, pool.live, r.partial_rollouts == "resubmit")

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from user_run import user_env
 
 from rl.loop.processes import alive, descendants, wait_for
 from rl.output.console import ConsoleFilter, LineSieve, run_summary, shown, step_postfix
@@ -120,11 +121,6 @@ def test_the_training_bar_shows_the_key_metrics():
     metrics = {"reward_mean": 0.5, "accuracy": 0.25, "step_seconds": 1.5, "rollout_tokens_per_s": 812.4}
     text = step_postfix({**metrics, "waste_ratio": 0.125})
     assert text == "reward 0.500, acc 0.25, 1.5 s/step, 812 tok/s, waste 0.12"
-
-
-def user_env() -> dict[str, str]:
-    """This process's environment less what conftest sets for the tests' in-process engines."""
-    return {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
 
 
 def console_of(cmd: list[str], tmp_path: Path) -> str:

@@ -3,7 +3,6 @@ two worker nodes, an engine on the head and one on the fourth node, weights cros
 the engines' log-probs still the trainer's after every sync, and the fourth node lost mid-run."""
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -11,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from user_run import user_env
 
 from rl.loop import cluster
 
@@ -31,7 +31,7 @@ def start_rl_train(c: cluster.LoopbackCluster, out: Path, *overrides: str) -> su
     small = ["train.batch_groups=2", "shaping.m_keep=2", "eval.num_problems=2", "eval.every=0"]
     small += ["rollout.cpu_threads_bind=null", "train.save_checkpoint=false", f"output_dir={out}", "name=multi"]
     cmd = [sys.executable, "-m", "rl.cli", "train", "arith_tiny", *small, f"ray.address={c.address}", *overrides]
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # conftest's, not a user's
+    env = user_env()
     with (out / "console").open("w") as console:
         return subprocess.Popen(cmd, env=env, cwd=out, stdout=console, stderr=subprocess.STDOUT)
 

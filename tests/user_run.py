@@ -51,10 +51,16 @@ def listening(root: psutil.Process) -> set[tuple[str, str, int]]:
     return found
 
 
+def user_env() -> dict[str, str]:
+    """This process's environment less what conftest sets for the tests' in-process engines: an ``rl`` command
+    started with it runs as a user's does."""
+    return {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+
+
 def run_rl_train(out_dir: Path, name: str = "user") -> UserRun:
     """``rl train arith_tiny`` with ``RUN`` into ``out_dir/name``, sampling its listening sockets until it ends."""
     cmd = [sys.executable, "-m", "rl.cli", "train", "arith_tiny", *RUN, f"output_dir={out_dir}", f"name={name}"]
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # conftest's, not a user's
+    env = user_env()
     log = out_dir / f"{name}.console"
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=out_dir)
