@@ -1,6 +1,7 @@
 """Checkpoint layout and the resume checks: everything here runs before any actor would start."""
 
 import json
+import time
 
 import pytest
 
@@ -110,6 +111,10 @@ def test_tensorboard_of_a_resumed_run_holds_each_step_once(tmp_path):
     for step in range(1, 6):
         killed.log(step, {"loss": float(step)})
     killed.close()
+    (killed_file,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    _second, host, _pid, uid = killed_file.name.removeprefix("events.out.tfevents.").rsplit(".", 3)
+    # the killed process had a pid that sorts after any the resumed one gets, and the resume starts in its second
+    killed_file.rename(killed_file.with_name(f"events.out.tfevents.{int(time.time()):010d}.{host}.99999999.{uid}"))
     resumed = MetricsLogger(tmp_path, resume_step=3)
     for step in range(4, 7):
         resumed.log(step, {"loss": 10.0 + step})

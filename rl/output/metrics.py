@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,6 +17,7 @@ from rl.output.completions import CompletionsFile, table
 from rl.types import Group
 
 log = logging.getLogger("rl.metrics")
+_EVENT_SECOND = re.compile(r"events\.out\.tfevents\.(\d+)\.")  # a TensorBoard event file's creation second
 
 if TYPE_CHECKING:
     from rl.config import WandbConfig
@@ -106,7 +108,10 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            purge = None if resume_step is None else resume_step + 1
+            purge = None
+            if resume_step is not None:
+                purge = resume_step + 1
+                _wait_to_sort_after_event_files(run_dir / "tb")
             self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge)
         self._t0 = time.monotonic() - max((r.get("time_s", 0.0) for r in kept), default=0.0)
         self._wandb = None
@@ -177,3 +182,13 @@ def _records_through(path: Path, step: int) -> list[dict]:
     """The records of ``path`` up to ``step``, summaries left out."""
     records = read_records(path)[0] if path.exists() else []
     return [r for r in records if r.get("step", 0) <= step and r.get("kind") != "summary"]
+
+
+def _wait_to_sort_after_event_files(tb_dir: Path) -> None:
+    """TensorBoard reads a directory's event files in name order, and a resumed run's purge only drops the events
+    read before it. Names start with the creation second, then the host, pid and a per-process counter, which sort
+    as text ("10" before "9"), so a file made in the same second as an earlier one may be read first: wait (at most a
+    second) until the clock has passed the newest file's second."""
+    seconds = [int(m.group(1)) for p in tb_dir.glob("events.out.tfevents.*") if (m := _EVENT_SECOND.match(p.name))]
+    if seconds:
+        time.sleep(max(0.0, max(seconds) + 1 - time.time()))
