@@ -99,8 +99,7 @@ class VllmEngine:
         """vLLM sampling parameters: sampled-token log-probs in flat lists, no detokenization; deltas streamed (every
         ``spec.stream_interval`` tokens), or one output when the request ends (``stream=False``: no output objects
         while it runs)."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
 
         return SamplingParams(
             n=n,
