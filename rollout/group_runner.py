@@ -151,8 +151,9 @@ async def run_members(
 
     With ``progress_every_tokens`` (k > 0) the samples are streamed and the controller sees the running ones each
     time the group's longest running sample passes a multiple of k generated tokens: decisions on the token clock,
-    the same on any device. Without, requests are not streamed and the controller sees finish events only. If a
-    sample's run raises, the others are stopped and their requests aborted before the error goes on.
+    the same on any device. Without, or when the group has no spare (launched ≤ M: a controller stops a running
+    sample only while M others can still be kept), requests are not streamed and the controller sees finish events
+    only. If a sample's run raises, the others are stopped and their requests aborted before the error goes on.
     """
     aborted: set[int] = set()
     scorer = _Scorer(score_texts, group_id) if score_texts else None
@@ -169,7 +170,8 @@ async def run_members(
         return i
 
     progressed = asyncio.Event()
-    on_output = (lambda _trace: progressed.set()) if progress_every_tokens > 0 else None
+    watched = progress_every_tokens > 0 and len(traces) > controller.plan.m_keep
+    on_output = (lambda _trace: progressed.set()) if watched else None
     tasks = [asyncio.create_task(run(i)) for i in range(len(traces))]
     ticker = None
     if on_output is not None:

@@ -89,7 +89,8 @@ class GroupController(Protocol):
         ...
 
     def on_progress(self, running: list[RunningSample]) -> Decision:
-        """Periodic look at running samples (pruning); may abort some."""
+        """Periodic look at running samples (pruning); may abort some, only while M others can still be kept (a
+        group launched with no more than M samples is never shown its running ones)."""
         ...
 
     def kept(self) -> list[int]:

@@ -110,6 +110,23 @@ def test_a_group_without_progress_ticks_asks_for_unstreamed_requests():
     assert result.finish_reasons == ["abort", "stop", "stop", "abort"]
 
 
+def test_a_group_with_no_spare_is_not_streamed_though_its_controller_watches():
+    """Launched = M: no controller may stop a running sample (M must still be kept), so the ticks would have nothing
+    to act on and the requests go unstreamed; with one spare they stream."""
+
+    def group(n: int) -> tuple[FakeEngine, object]:
+        engine = FakeEngine([30, 12, 20, 40, 60][:n])
+        base = DartsController(GroupPlan("p", n, 4, long_slots=1), long_wait=1.5)
+        controller = SartController(base, ExternalScorer(), alpha=-1.0, beta=2)
+        run = run_group(engine, "g", [1, 2], SamplingSpec(max_tokens=400), controller, decode, 2, SlowScorer(engine))
+        return engine, asyncio.run(run)
+
+    engine, result = group(4)
+    assert engine.streamed == [False] * 4
+    assert [s.index for s in result.samples] == [0, 1, 2, 3]  # the scorer rates 0 and 1 low: none could be pruned
+    assert group(5)[0].streamed == [True] * 5
+
+
 def test_a_failing_scorer_leaves_the_group_unpruned_but_complete():
     engine = FakeEngine([400, 400, 20, 24, 400, 400])
 
