@@ -162,7 +162,7 @@ def test_toolbox_returns_results_and_errors_and_counts_them():
     assert "ZeroDivisionError: no luck" in out[2] and out[2].startswith("{'error'")
     assert "timed out after 0.2 s" in out[3]
     assert "no tool named 'nope'" in out[4] and "could not parse" in out[5] and "TypeError" in out[6]
-    assert seconds < 2  # the hung call did not hold the others (it sleeps 5 s on its own thread)
+    assert seconds < 4  # the hung call did not hold the others (it sleeps 5 s on its own thread)
     assert box.stats.calls == 7
     assert box.stats.failures == {"raised": 2, "timeout": 1, "unknown_tool": 1, "bad_call": 1}
 
