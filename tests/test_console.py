@@ -86,7 +86,7 @@ def test_console_filter_keeps_tailor_info_and_other_libraries_warnings():
     assert not passes("ray", logging.WARNING, "Token authentication is enabled for this Ray cluster.")
 
 
-def test_route_sends_fd_output_to_the_log_and_only_faults_to_theconsole_of(tmp_path):
+def test_route_sends_fd_output_to_the_log_and_only_faults_to_the_console(tmp_path):
     """A process that routes: fd-level writes (as C++ code and child processes make) reach the log file, and the
     console gets Tailor's print and the fault, not the harmless warning."""
     script = textwrap.dedent(
