@@ -217,9 +217,9 @@ class ShapingConfig(Strict):
     long_wait: float | None = Field(
         default=None,
         ge=1.0,
-        description="DARTS policies: long slots close once a running sample passes long_wait x the K-th short "
-        "sample's length (keeping the longest finished by then); None waits for the group's last "
-        "sample, as DARTS does",
+        description="DARTS policies: a group closes once a running sample passes long_wait x the K-th short "
+        "sample's length: its long slots keep the longest finished by then, or else the longest running sample, cut "
+        "there and kept as truncated; None waits for the group's last sample, as DARTS does",
     )
     spare_gate: bool = Field(
         default=shaping_defaults.SPARE_GATE,

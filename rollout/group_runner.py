@@ -27,6 +27,7 @@ from rl.types import Sample
 
 log = logging.getLogger("rl.rollout")
 
+CUT = "length"  # the finish reason of a kept sample its controller cut: a truncated one
 ScoreFn = Callable[[list[str]], Awaitable[list[float]]]
 OnOutput = Callable[[RequestTrace], None]
 
@@ -211,8 +212,14 @@ def group_result(
     scorer: _Scorer | None,
 ) -> GroupResult:
     """The ``GroupResult`` of a group that ``run_members`` ran from ``t0``: its ``kept`` samples, every launched one's
-    generated length, fate and time span."""
+    generated length, fate and time span. A kept sample whose request was aborted was cut by its controller (DARTS's
+    long-slot deadline): it is reported truncated (``"length"``), as a sample stopped by the cap is."""
     fates = {i: "kept" for i in kept}
+    samples = [replace(s, finish_reason=CUT) if s.finish_reason == "abort" else s for s in samples]
+    reasons = [
+        CUT if i in fates and t.finish_reason in (None, "abort") else t.finish_reason or "abort"
+        for i, t in enumerate(traces)
+    ]
     timeline = [
         (
             i,
@@ -226,7 +233,7 @@ def group_result(
         samples=samples,
         controller_stats=controller.stats(),
         all_lengths=[t.generated for t in traces],
-        finish_reasons=[t.finish_reason or "abort" for t in traces],
+        finish_reasons=reasons,
         generated_tokens=sum(t.generated for t in traces),
         kept_tokens=sum(traces[i].generated for i in kept),
         seconds=time.monotonic() - t0,

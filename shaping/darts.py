@@ -12,10 +12,11 @@ Selection rule of ``DartsController`` (K = M - L short slots, L long slots):
   running is aborted and the group is done.
 * ``long_wait`` (optional; not in DARTS, papers.md §1.6 note 7): bounds the wait for the long slots. Once
   the K short slots are full, the deadline is ``ceil(long_wait x`` the K-th short sample's length``)``
-  tokens. When a progress report shows a running sample at the deadline, the long slots close: the L
-  longest non-truncated samples finished so far (outside the short ones) are kept and every running
-  sample is aborted; if fewer than L have finished, each later finish is checked until L have (then the
-  rest is aborted), or the group settles as above. Without it the group waits for its last sample.
+  tokens. When a progress report shows a running sample at the deadline, the group closes: the long slots
+  keep the L longest non-truncated samples finished so far (outside the short ones); a long slot that no
+  finished sample can fill takes the longest running sample, *cut* there: stopped, and kept as a truncated
+  sample (its partial response, as a sample that reaches the cap is kept). Every other running sample is
+  aborted. Without it the group waits for its last sample.
 * Truncated (``"length"``) samples are never kept while non-truncated ones can fill the group; aborted
   ones never are. Shortfall rule: if fewer than M non-truncated samples finish, all of them are kept and
   the group is filled up with truncated samples, shortest first (the same length/finish-order key); the
@@ -24,7 +25,8 @@ Selection rule of ``DartsController`` (K = M - L short slots, L long slots):
 
 ``stats()`` partitions the launched samples once the group is done:
 ``kept + discarded + aborted + pruned == launched``. ``aborted`` counts early-stop aborts and aborts
-that came from outside; ``pruned`` counts aborts requested by a pruning scorer (see ``sart.py``).
+that came from outside; ``pruned`` counts aborts requested by a pruning scorer (see ``sart.py``); ``cut`` counts the
+kept samples cut at the deadline (the rollout side stops them like aborted ones, and reports them truncated).
 """
 
 from __future__ import annotations
@@ -50,11 +52,10 @@ class DartsController:
             raise ValueError(f"long_wait must be >= 1, got {long_wait}")
         self.plan = plan
         self.long_wait = long_wait
-        self._deadline: int | None = None  # tokens: the long slots close when a running sample reaches it
-        self._closing = False  # the deadline has passed: the next L long candidates close the group
+        self._deadline: int | None = None  # tokens: the group closes when a running sample reaches it
         self._short_slots = plan.m_keep - plan.long_slots
         self._running: set[int] = set(range(plan.n_launch))
-        self._stopped: dict[int, str] = {}  # index -> "abort" | "prune": told to stop, result unused
+        self._stopped: dict[int, str] = {}  # index -> "abort" | "prune" | "cut": told to stop (a cut one is kept)
         self._finished: dict[int, tuple[FinishedSample, int]] = {}  # finished while running, with order
         self._late: set[int] = set()  # told to stop, then reported anyway
         self._short: list[int] = []
@@ -69,7 +70,7 @@ class DartsController:
     @property
     def prunable(self) -> bool:
         """Whether a progress report could close the long slots now (a deadline is set and not yet reached)."""
-        return self._deadline is not None and not self._closing and not self.done
+        return self._deadline is not None and not self.done
 
     @property
     def reads_text(self) -> bool:
@@ -103,18 +104,16 @@ class DartsController:
         abort: list[int] = []
         if self.plan.long_slots == 0 and len(self._short) == self.plan.m_keep:
             abort = self._stop(self._running, "abort")
-        elif self._closing:
-            abort = self._close_long_slots()
         self._finalize_if_settled()
         return Decision(abort=abort, done=self.done)
 
     def on_progress(self, running: list[RunningSample]) -> Decision:
         if not self.prunable or self._deadline is None:
             return Decision(done=self.done)
-        if max((r.length for r in running if r.index in self._running), default=0) < self._deadline:
+        live = [r for r in running if r.index in self._running]
+        if max((r.length for r in live), default=0) < self._deadline:
             return Decision()
-        self._closing = True
-        return Decision(abort=self._close_long_slots(), done=self.done)
+        return Decision(abort=self._close(live), done=self.done)
 
     def prune(self, indices: Iterable[int]) -> list[int]:
         """Mark running samples as pruned; returns those that were running (the ones to abort)."""
@@ -137,6 +136,7 @@ class DartsController:
             "discarded": used,
             "aborted": reasons.count("abort") + external,
             "pruned": reasons.count("prune"),
+            "cut": reasons.count("cut"),
             "shortfall": self._shortfall,
         }
 
@@ -153,13 +153,16 @@ class DartsController:
         by_length = sorted((s.length, order, i) for i, (s, order) in self._finished.items() if i not in short)
         return [i for _, _, i in by_length if self._finished[i][0].finish_reason == reason]
 
-    def _close_long_slots(self) -> list[int]:
-        """Past the deadline: if L long candidates have finished, keep the longest L and abort the rest."""
+    def _close(self, live: list[RunningSample]) -> list[int]:
+        """Past the deadline: the long slots keep the longest finished candidates, then the longest of ``live``
+        (cut); every running sample is stopped. Returns them all (a cut one's request is aborted like the rest)."""
         rest = self._rest("stop")
-        if len(rest) < self.plan.long_slots:
-            return []
-        self._final = self._short + rest[len(rest) - self.plan.long_slots :]
-        return self._stop(self._running, "abort")
+        long = rest[len(rest) - min(self.plan.long_slots, len(rest)) :]
+        by_length = sorted(live, key=lambda r: (-r.length, r.index))
+        cut = self._stop((r.index for r in by_length[: self.plan.long_slots - len(long)]), "cut")
+        self._final = self._short + long + cut
+        self._shortfall = len(cut)
+        return sorted(cut + self._stop(self._running, "abort"))
 
     def _finalize_if_settled(self) -> None:
         if self._final is not None or self._running:

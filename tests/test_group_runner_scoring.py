@@ -175,6 +175,20 @@ def test_the_long_slot_deadline_acts_on_the_token_clock_whatever_the_engine_spee
     assert fast.streamed == [True] * 6
 
 
+def test_a_long_slot_no_finisher_fills_by_the_deadline_keeps_a_cut_sample_reported_truncated():
+    engine = FakeEngine([10, 12, 200, 200, 300, 200], step_s=0.0005)
+    controller = DartsController(GroupPlan("p", 6, 3, long_slots=1), long_wait=1.5)  # deadline 18 tokens
+    result = asyncio.run(run_group(engine, "g", [1, 2], SamplingSpec(max_tokens=400), controller, decode, 4))
+    assert [s.index for s in result.samples] == [0, 1, 2]  # the running ones are equally long: the lowest index
+    cut = result.samples[2]
+    assert cut.finish_reason == "length" and cut.truncated
+    assert 18 <= len(cut.tokens) == len(cut.logprobs) <= 18 + 4 + 1  # its partial response, stopped at the look
+    assert cut.text == f"2:{len(cut.tokens)}"
+    assert result.finish_reasons == ["stop", "stop", "length", "abort", "abort", "abort"]
+    assert result.controller_stats["cut"] == 1 and result.controller_stats["aborted"] == 3
+    assert [fate for *_, fate in result.timeline] == ["kept", "kept", "kept", "aborted", "aborted", "aborted"]
+
+
 def test_a_controller_that_reads_no_text_gets_none_decoded_but_kept_samples_are():
     _, result, counting = deadline_group(step_s=0.0005)
     assert counting.calls == 3  # the three kept samples, for their training text; no look or finish decoded one

@@ -51,6 +51,7 @@ def test_dual_end_keeps_k_shortest_and_l_longest():
         "discarded": 4,
         "aborted": 0,
         "pruned": 0,
+        "cut": 0,
         "shortfall": 0,
     }
 
@@ -103,6 +104,7 @@ def test_aborted_samples_are_never_kept():
         "discarded": 0,
         "aborted": 1,
         "pruned": 0,
+        "cut": 0,
         "shortfall": 1,
     }
 
@@ -128,7 +130,7 @@ def test_tail_pruning_aborts_exactly_the_running_rest_at_m():
     assert finish(ctrl, 2, 0, ABORT).abort == []
     assert ctrl.kept() == [1, 4, 7]
     stats = ctrl.stats()
-    assert stats == {"launched": 8, "kept": 3, "discarded": 1, "aborted": 4, "pruned": 0, "shortfall": 0}
+    assert stats == {"launched": 8, "kept": 3, "discarded": 1, "aborted": 4, "pruned": 0, "cut": 0, "shortfall": 0}
     with pytest.raises(ValueError):
         finish(ctrl, 0, 31)
     with pytest.raises(ValueError):
@@ -159,19 +161,40 @@ def test_long_wait_closes_the_long_slots_at_the_deadline():
     decision = progress(ctrl, 30, (5, 6, 7))
     assert decision.abort == [5, 6, 7] and decision.done
     assert ctrl.kept() == [0, 1, 2, 4]  # 25 is the longest finished by the deadline; 20 is the middle
-    assert ctrl.stats() == {"launched": 8, "kept": 4, "discarded": 1, "aborted": 3, "pruned": 0, "shortfall": 0}
+    assert ctrl.stats() == {"launched": 8, "kept": 4, "discarded": 1, "aborted": 3, "pruned": 0, "cut": 0, "shortfall": 0}
     assert not ctrl.prunable
 
 
-def test_long_wait_with_no_candidate_takes_the_next_finisher():
+def test_long_wait_with_no_candidate_cuts_the_longest_running_sample():
     ctrl = DartsController(GroupPlan("p", n_launch=6, m_keep=3, long_slots=1), long_wait=1.5)
     finish(ctrl, 0, 10)
     finish(ctrl, 1, 20)  # deadline 30
-    decision = progress(ctrl, 30, (2, 3, 4, 5))
-    assert decision.abort == [] and not decision.done and not ctrl.prunable
-    decision = finish(ctrl, 4, 41)
-    assert decision.abort == [2, 3, 5] and decision.done
-    assert ctrl.kept() == [0, 1, 4]
+    decision = ctrl.on_progress([RunningSample(2, 28), RunningSample(3, 30), RunningSample(4, 30), RunningSample(5, 9)])
+    assert decision.abort == [2, 3, 4, 5] and decision.done and not ctrl.prunable
+    assert ctrl.kept() == [0, 1, 3]  # 3 and 4 are the longest: the lower index is cut, kept truncated
+    for i in (2, 3, 4, 5):  # the engine reports the stopped ones as aborted; the cut one stays kept
+        finish(ctrl, i, 31, ABORT)
+    assert ctrl.kept() == [0, 1, 3]
+    assert ctrl.stats() == {
+        "launched": 6,
+        "kept": 3,
+        "discarded": 0,
+        "aborted": 3,
+        "pruned": 0,
+        "cut": 1,
+        "shortfall": 1,
+    }
+
+
+def test_long_wait_cuts_only_the_long_slots_no_finisher_fills():
+    ctrl = DartsController(GroupPlan("p", n_launch=8, m_keep=4, long_slots=2), long_wait=2.0)
+    finish(ctrl, 0, 10)
+    finish(ctrl, 1, 12)  # K = 2 short slots full: deadline 24
+    finish(ctrl, 2, 18)  # a long candidate
+    decision = progress(ctrl, 24, (3, 4, 5, 6, 7))
+    assert decision.done and decision.abort == [3, 4, 5, 6, 7]
+    assert ctrl.kept() == [0, 1, 2, 3]
+    assert ctrl.stats()["cut"] == 1 and ctrl.stats()["shortfall"] == 1
 
 
 def test_long_wait_past_the_cap_keeps_the_darts_rule():
@@ -222,11 +245,12 @@ def random_group(rng, min_long_slots: int) -> tuple[int, int, int, list[int]]:
 
 
 def assert_accounted(ctrl, m: int, n: int, aborted: list[int]) -> None:
-    """M kept, every launched sample counted once, the aborted ones counted and not kept."""
+    """M kept, every launched sample counted once, the aborted ones counted and not kept unless cut."""
     kept, stats = ctrl.kept(), ctrl.stats()
+    cut = set(kept) & set(aborted)
     assert len(kept) == m
     assert stats["kept"] + stats["discarded"] + stats["aborted"] + stats["pruned"] == n
-    assert stats["aborted"] == len(aborted) and not set(kept) & set(aborted)
+    assert stats["aborted"] == len(aborted) - len(cut) and stats["cut"] == len(cut)
 
 
 def test_simulated_long_wait_keeps_the_k_shortest_and_bounds_the_wait():
@@ -246,9 +270,15 @@ def test_simulated_long_wait_keeps_the_k_shortest_and_bounds_the_wait():
         short, rest = stopped[:k], stopped[k:]
         deadline = int(np.ceil(wait * lengths[short[-1]]))
         by_deadline = [i for i in rest if lengths[i] <= deadline]
-        long = by_deadline[len(by_deadline) - long_slots :] if len(by_deadline) >= long_slots else rest[:long_slots]
-        assert sorted(kept) == sorted(short + long)
-        assert done_at <= max(deadline, lengths[rest[long_slots - 1]])  # never waits past both
+        running = [i for i in range(n) if min(lengths[i], cap) > deadline]  # at the deadline, by index
+        if len(by_deadline) >= long_slots or not running:  # finishers fill every long slot, or no deadline comes
+            long = by_deadline[len(by_deadline) - long_slots :] if len(by_deadline) >= long_slots else rest[:long_slots]
+            assert sorted(kept) == sorted(short + long) and ctrl.stats()["cut"] == 0
+        else:  # long slots no finisher filled take running samples (all shown at the deadline's length), cut there
+            cut = running[: long_slots - len(by_deadline)]
+            assert ctrl.stats()["cut"] == len(cut) == ctrl.stats()["shortfall"]
+            assert sorted(kept) == sorted(short + by_deadline + cut)
+        assert done_at <= deadline  # never waits past the deadline
 
 
 def test_simulated_groups_keep_m_and_account_for_every_sample():

@@ -98,6 +98,7 @@ def test_early_stop_aborts_the_rest_but_not_the_pruned():
         "discarded": 0,
         "aborted": 3,
         "pruned": 2,
+        "cut": 0,
         "shortfall": 0,
     }
 
@@ -225,4 +226,12 @@ def test_pruning_and_the_deadline_abort_together():
     decision = ctrl.on_progress([RunningSample(i, 12, "0.9") for i in (3, 4, 5)])
     assert decision.abort == [3, 4, 5] and decision.done
     assert ctrl.kept() == [0, 1, 2]
-    assert ctrl.stats() == {"launched": 7, "kept": 3, "discarded": 0, "aborted": 3, "pruned": 1, "shortfall": 0}
+    assert ctrl.stats() == {
+        "launched": 7,
+        "kept": 3,
+        "discarded": 0,
+        "aborted": 3,
+        "pruned": 1,
+        "cut": 0,
+        "shortfall": 0,
+    }

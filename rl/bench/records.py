@@ -11,7 +11,7 @@ import numpy as np
 from rl.output.metrics import percentiles
 
 Fate = Literal["kept", "discarded", "aborted"]
-COUNT_KEYS = ("launched", "kept", "discarded", "aborted", "pruned", "shortfall")
+COUNT_KEYS = ("launched", "kept", "discarded", "aborted", "pruned", "cut", "shortfall")
 # an episode pass's metrics NAME_per_episode: the mean of each launched episode's record field
 EPISODE_FIELDS = {"turns": "turns", "tool_calls": "tool_calls", "tool_s": "tool_s", "decode_tokens": "length"}
 

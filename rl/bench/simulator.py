@@ -317,13 +317,14 @@ class _Group:
         return [RunningSample(r.index, r.seen_at(step, interval)) for r in self.requests if self.live_at(r, step)]
 
     def outcome(self, done_s: float) -> GroupOutcome:
-        kept = [self.requests[i].length for i in self.controller.kept()]
+        indices = self.controller.kept()
+        kept = [self.requests[i].length for i in indices]
         return GroupOutcome(
             prompt_id=self.prompt_id,
             submitted_s=self.submitted_s,
             done_s=done_s,
             launched=len(self.requests),
-            aborted=sum(r.aborted for r in self.requests),
+            aborted=sum(r.aborted for r in self.requests if r.index not in indices),  # a cut one is kept
             generated_tokens=sum(r.length for r in self.requests),
             kept_lengths=kept,
         )

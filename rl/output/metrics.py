@@ -58,7 +58,7 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
         "staleness_max": float(max(stale)),
         **percentiles([len(s.tokens) for s in samples], "response_len"),
     }
-    for key in ("launched", "aborted", "discarded", "pruned", "shortfall", "resubmitted"):
+    for key in ("launched", "aborted", "discarded", "pruned", "cut", "shortfall", "resubmitted"):
         out[f"samples_{key}"] = float(sum(g.stats.get(key, 0) for g in groups))
     for key in ("scored_texts", "score_failures"):  # SART's scorer worker, when the run has one
         if any(key in g.stats for g in groups):
