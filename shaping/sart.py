@@ -6,7 +6,8 @@ rest), so ``SartController`` wraps a ``DartsController`` and adds pruning on pro
 * Phase 1, until the first sample completes with ``"stop"``: prune running samples scoring below
   ``alpha``, at most ``beta`` over the whole phase (protects diversity while nothing is known).
 * Phase 2, from then on: prune running samples scoring below ``alpha'``, the score of that first
-  completed sample. SART puts no cap on this phase; none is applied here.
+  completed sample. SART puts no cap on this phase; none is applied here. With an absolute scorer (a loop
+  detector, ``Scorer.absolute``) the threshold stays ``alpha``: a completed sample's score is no bar there.
 * In both phases the lowest scores go first (ties: lower index), and pruning never leaves fewer than M
   samples that can still complete (finished with ``"stop"`` plus still running).
 * Scores given with the samples (a scorer worker's, ``RunningSample.score``) take precedence over the
@@ -88,7 +89,7 @@ class SartController:
         """This phase's threshold and how many running samples may be pruned now."""
         if self.alpha_prime is None:
             return self.alpha, min(self.beta - self._phase1_pruned, self.base.spare())
-        return self.alpha_prime, self.base.spare()
+        return (self.alpha if self.scorer.absolute else self.alpha_prime), self.base.spare()
 
     def _score(self, sample: RunningSample | FinishedSample) -> float | None:
         """The rollout side's score if it gave one, else this controller's scorer's."""

@@ -12,6 +12,7 @@ from rl.shaping.scorers import ExternalScorer, RepetitionScorer
 
 
 class TableScorer:
+    absolute = False
     """Scores a text that spells a number as that number; records every call."""
 
     def __init__(self) -> None:
@@ -144,6 +145,19 @@ def test_repetition_scorer():
     assert budgeted.score("", prose) == pytest.approx(100 / 300)
     with pytest.raises(ValueError):
         RepetitionScorer(ngram=5, window=4)
+
+
+def test_an_absolute_scorer_keeps_alpha_as_the_phase2_threshold():
+    ctrl = SartController(DartsController(GroupPlan("p", 8, 2)), RepetitionScorer(), alpha=0.3, beta=0)
+    ctrl.on_finish(FinishedSample(0, 5, "stop", text="The result is 7"))  # scores 1.0: phase 2 starts
+    assert ctrl.alpha_prime == 1.0 and ctrl.prunable  # phase 2 is capped by the spare alone, not by beta
+    prose = " ".join(f"w{i % 90}" for i in range(100))  # a repeated 4-gram or so: scores ~0.9, below the 1.0 answer
+    loop = "so the answer is 5 and " * 20
+    samples = {1: prose, 2: loop, 3: loop + "x", 4: "short", 5: prose + " y", 6: "z", 7: "q"}
+    scorer = RepetitionScorer()
+    assert 0.3 < scorer.score("", prose) < 1.0 and scorer.score("", loop) < 0.3
+    decision = ctrl.on_progress([RunningSample(i, 50, t) for i, t in samples.items()])
+    assert decision.abort == [2, 3]  # only the loops: the prose that scores below the completed answer stays
 
 
 def external(n, m, alpha=-1.0, beta=2):
