@@ -242,7 +242,8 @@ class ShapingConfig(Strict):
     )
     alpha: float = Field(
         default=shaping_defaults.PRUNE_ALPHA,
-        description="SART: phase 1 prunes running samples scoring below alpha (the scorer's scale)",
+        description="SART: phase 1 prunes running samples scoring below alpha (the scorer's scale); with the "
+        "repetition scorer (a loop test, not a rating) phase 2 does too",
     )
     beta: int = Field(default=shaping_defaults.PRUNE_BETA, ge=0, description="SART: at most beta prunes in phase 1")
     progress_every_tokens: int = Field(

@@ -172,9 +172,8 @@ async def run_episodes(
     """``run_group`` for episodes: launch ``controller.plan.n_launch`` episodes of ``row`` under ``workflow``; the
     controller keeps, stops and prunes them by the tokens their model sampled. Returns their shared prompt ids, the
     group's result (kept samples; tool counts over every launched episode among its stats) and every launched
-    episode, by index (the kept ones: ``kept_episodes``). A stopped episode's partial result is not kept (unless its controller
-    cut it: kept truncated); it is
-    counted ``aborted`` or ``pruned``.
+    episode, by index (the kept ones: ``kept_episodes``). A stopped episode's partial result is not kept, unless its
+    controller cut it (kept truncated, counted ``cut``); it is counted ``aborted`` or ``pruned``.
 
     Raises ``ValueError`` if the prompts differ (an environment whose ``reset`` observation varies within a group:
     one group, one prompt)."""

@@ -68,6 +68,10 @@ def test_long_wait_closes_the_long_slot_on_a_real_engine(rollout_worker, encode)
         assert stats["kept"] + stats["discarded"] + stats["aborted"] + stats["pruned"] == stats["launched"] == 8
         aborted = [n for n, why in zip(result.all_lengths, result.finish_reasons, strict=True) if why == "abort"]
         kept = sorted(len(s.tokens) for s in result.samples)
+        # a long slot no finisher filled by the deadline holds a cut sample: kept, reported truncated, whole
+        assert all(s.finish_reason in ("stop", "length") for s in result.samples)
+        assert all(len(s.tokens) == len(s.logprobs) == len(s.versions) > 0 for s in result.samples)
+        assert stats["cut"] <= sum(s.truncated for s in result.samples)
         # aborted samples stopped near the kept long sample's length, not at the longest member's
         assert all(n <= kept[-1] + 8 for n in aborted)
         assert ray.get(rollout_worker.stats.remote())["unfinished"] == 0

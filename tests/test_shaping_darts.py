@@ -161,7 +161,15 @@ def test_long_wait_closes_the_long_slots_at_the_deadline():
     decision = progress(ctrl, 30, (5, 6, 7))
     assert decision.abort == [5, 6, 7] and decision.done
     assert ctrl.kept() == [0, 1, 2, 4]  # 25 is the longest finished by the deadline; 20 is the middle
-    assert ctrl.stats() == {"launched": 8, "kept": 4, "discarded": 1, "aborted": 3, "pruned": 0, "cut": 0, "shortfall": 0}
+    assert ctrl.stats() == {
+        "launched": 8,
+        "kept": 4,
+        "discarded": 1,
+        "aborted": 3,
+        "pruned": 0,
+        "cut": 0,
+        "shortfall": 0,
+    }
     assert not ctrl.prunable
 
 
