@@ -12,8 +12,9 @@ from rl.shaping.scorers import ExternalScorer, RepetitionScorer
 
 
 class TableScorer:
-    absolute = False
     """Scores a text that spells a number as that number; records every call."""
+
+    absolute = False
 
     def __init__(self) -> None:
         self.calls: list[str] = []
