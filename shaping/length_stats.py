@@ -113,8 +113,9 @@ class LengthStats:
 
     ``observe`` takes the lengths of one finished group. The std is the unbiased sample std of those
     lengths, smoothed per prompt as ``s <- alpha * s_new + (1 - alpha) * s`` (the first observation is
-    taken as is), as in DARTS's ``VarienceFilter``. The log-t is refitted on the prompt's last
-    ``history`` lengths. Groups with fewer than two lengths carry no spread and are ignored.
+    taken as is), as in DARTS's ``VarienceFilter``. The log-t is fitted on the prompt's last
+    ``history`` lengths when it is read (``log_t``; only a TIE priority reads it), so a policy that never reads
+    it pays no fit per group. Groups with fewer than two lengths carry no spread and are ignored.
     """
 
     def __init__(self, alpha: float = 0.3, history: int = 64, nu: float = NU) -> None:
@@ -128,6 +129,7 @@ class LengthStats:
         self._lengths: dict[str, deque[int]] = {}
         self._pooled: deque[int] = deque(maxlen=POOLED_HISTORY)
         self._fits: dict[str, LogT] = {}
+        self._unfitted: set[str] = set()  # prompts observed since their last fit
         self._mu_sum = 0.0
         self._sigma_sum = 0.0
 
@@ -144,11 +146,22 @@ class LengthStats:
         window = self._lengths.setdefault(prompt_id, deque(maxlen=self.history))
         window.extend(lengths)
         self._pooled.extend(lengths)
-        old_fit = self._fits.get(prompt_id)
-        fit = fit_log_t(list(window), nu=self.nu)
-        self._mu_sum += fit.mu - (old_fit.mu if old_fit else 0.0)
-        self._sigma_sum += fit.sigma - (old_fit.sigma if old_fit else 0.0)
-        self._fits[prompt_id] = fit
+        self._unfitted.add(prompt_id)
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle (a checkpoint's shaping state); one written before fits were lazy has every fit current."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_unfitted", set())
+
+    def _refit(self) -> None:
+        """Fit the log-t of every prompt observed since its last fit, on its window as it is now."""
+        for prompt_id in self._unfitted:
+            old_fit = self._fits.get(prompt_id)
+            fit = fit_log_t(list(self._lengths[prompt_id]), nu=self.nu)
+            self._mu_sum += fit.mu - (old_fit.mu if old_fit else 0.0)
+            self._sigma_sum += fit.sigma - (old_fit.sigma if old_fit else 0.0)
+            self._fits[prompt_id] = fit
+        self._unfitted.clear()
 
     def window(self, prompt_id: str) -> list[int]:
         """The prompt's last ``history`` observed lengths; an unseen prompt gets the last ``POOLED_HISTORY``
@@ -163,6 +176,7 @@ class LengthStats:
 
     def log_t(self, prompt_id: str) -> LogT | None:
         """The prompt's log-t fit; an unseen prompt gets the mean (mu, sigma) of known fits, None if none."""
+        self._refit()
         if prompt_id in self._fits:
             return self._fits[prompt_id]
         n = len(self._fits)

@@ -10,7 +10,7 @@ and for a non-negative X, E[X_(M)] = integral over x >= 0 of (1 - F_{X(M)}(x; N)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -31,15 +31,22 @@ def expected_order_stat(lengths: ArrayLike, m: int, n: int) -> float:
 
 def expected_order_stats(lengths: ArrayLike, m: int, n: int) -> np.ndarray:
     """E[X_(k)] for k = 1..m of n draws from the empirical distribution of ``lengths`` (exact, lengths >= 0)."""
-    _check(m, n)
+    return expected_order_stats_by_n(lengths, m, [n])[0]
+
+
+def expected_order_stats_by_n(lengths: ArrayLike, m: int, ns: Sequence[int]) -> np.ndarray:
+    """``expected_order_stats(lengths, m, n)`` for each n of ``ns``, one row each, in one vectorized pass."""
+    for n in ns:
+        _check(m, n)
     values, counts = np.unique(np.asarray(lengths, dtype=float), return_counts=True)
     if values.size == 0 or values[0] < 0:
         raise ValueError("lengths must be non-empty and non-negative")
     below = np.concatenate(([0.0], np.cumsum(counts)[:-1] / counts.sum()))  # F just below each distinct value
     # F is flat between distinct values: integrate the survival function of each X_(k) piece by piece.
     widths = np.diff(values, prepend=0.0)
-    ranks = np.arange(1, m + 1)[:, None]
-    survival = 1.0 - order_stat_cdf(below[None, :], ranks, n)
+    ranks = np.arange(1, m + 1)[None, :, None]
+    draws = np.asarray(ns)[:, None, None]
+    survival = 1.0 - special.betainc(ranks, draws - ranks + 1, below[None, None, :])
     return survival @ widths
 
 

@@ -11,7 +11,7 @@ On an engine bound by its decode steps (a GPU, a small model) time follows the l
 throughput (the CPU) it follows the tokens. Spares are worth launching where they gain more of the first than they
 cost of the second: ``value(n) = time_gain - token_cost``, with ``value(M) = 0``. A prompt whose lengths have no
 tail (every sample about as long as the others) gets no spares; one with a long tail keeps them. The expectations
-are exact over the empirical distribution of the prompt's observed lengths (``order_stats.expected_order_stats``);
+are exact over the empirical distribution of the prompt's observed lengths (``order_stats.expected_order_stats_by_n``);
 they are of the early-stop group, so long slots and the ``long_wait`` deadline are left out of the estimate.
 """
 
@@ -19,17 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from rl.shaping.order_stats import expected_order_stats
+from rl.shaping.order_stats import expected_order_stats_by_n
 
 
 def spare_values(lengths: Sequence[int], m: int, launches: Iterable[int]) -> dict[int, float]:
     """``time_gain - token_cost`` of launching each n of ``launches`` instead of m (module docstring); 0 for n == m."""
-    alone = expected_order_stats(lengths, m, m)  # the group without spares: the same for every n
+    launches = list(launches)
+    table = expected_order_stats_by_n(lengths, m, [m, *launches])
+    alone = table[0]  # the group without spares: the same for every n
     if alone[-1] <= 0:
         return {n: 0.0 for n in launches}
     values = {}
-    for n in launches:
-        spread = expected_order_stats(lengths, m, n)
+    for n, spread in zip(launches, table[1:], strict=True):
         time_gain = 1.0 - spread[-1] / alone[-1]
         token_cost = (spread.sum() + (n - m) * spread[-1]) / alone.sum() - 1.0
         values[n] = float(time_gain - token_cost)

@@ -122,7 +122,7 @@ def shaping_statistics(driver: Driver) -> dict:
     lengths = darts.lengths
     return {
         "std": dict(lengths._std),
-        "fits": dict(lengths._fits),
+        "fits": {prompt: lengths.log_t(prompt) for prompt in lengths._lengths},
         "windows": {prompt: list(window) for prompt, window in lengths._lengths.items()},
         "steps": darts.steps,
         "avg_redundancy": darts.avg_redundancy,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from rl.shaping.length_stats import LengthStats, LogT, fit_log_t, tie_beta
@@ -92,3 +94,35 @@ def test_log_t_per_prompt_with_window_and_prior():
     prior = stats.log_t("unseen")
     assert prior.mu == pytest.approx((a.mu + b.mu) / 2)
     assert prior.sigma == pytest.approx((a.sigma + b.sigma) / 2)
+
+
+def test_fits_are_made_when_read_on_the_window_as_it_is_then():
+    stats = LengthStats(history=8)
+    stats.observe("a", [100, 120, 90, 110])
+    stats.observe("b", [1000, 1500, 800, 1200])
+    assert stats.log_t("a") == fit_log_t([100, 120, 90, 110])
+    stats.observe("a", [300, 320, 290, 310])  # after a read: the next read refits on the new window
+    stats.observe("a", [50, 60, 55, 65])  # the window keeps the last 8 lengths
+    assert stats.log_t("a") == fit_log_t([300, 320, 290, 310, 50, 60, 55, 65])
+    assert stats.log_t("b") == fit_log_t([1000, 1500, 800, 1200])
+    a, b = stats.log_t("a"), stats.log_t("b")
+    assert stats.log_t("unseen").mu == pytest.approx((a.mu + b.mu) / 2)
+
+
+def test_statistics_pickled_with_fits_pending_or_before_lazy_fits_read_the_same():
+    stats = LengthStats()
+    stats.observe("a", [100, 120, 90, 110])
+    stats.log_t("a")
+    stats.observe("a", [200, 220])  # a fit pending at the checkpoint
+    restored = pickle.loads(pickle.dumps(stats))
+    assert restored.log_t("a") == stats.log_t("a") == fit_log_t([100, 120, 90, 110, 200, 220])
+
+    older = LengthStats()  # a checkpoint written when every observe refitted: its fits are current, no pending set
+    older.observe("b", [40, 50, 60])
+    older.log_t("b")
+    state = dict(older.__dict__)
+    del state["_unfitted"]
+    loaded = LengthStats.__new__(LengthStats)
+    loaded.__setstate__(state)
+    loaded.observe("b", [70, 80])
+    assert loaded.log_t("b") == fit_log_t([40, 50, 60, 70, 80])

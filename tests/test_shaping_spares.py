@@ -3,8 +3,13 @@
 import numpy as np
 import pytest
 from rl.shaping.darts import DartsPolicy
-from rl.shaping.order_stats import expected_order_stat, expected_order_stats, mc_expected_order_stat
-from rl.shaping.spares import spare_value, worthwhile_launch
+from rl.shaping.order_stats import (
+    expected_order_stat,
+    expected_order_stats,
+    expected_order_stats_by_n,
+    mc_expected_order_stat,
+)
+from rl.shaping.spares import spare_value, spare_values, worthwhile_launch
 
 
 def test_expected_order_stats_agree_with_the_scalar_formula_and_monte_carlo():
@@ -15,6 +20,28 @@ def test_expected_order_stats_agree_with_the_scalar_formula_and_monte_carlo():
     pool = np.asarray(lengths)
     mc = mc_expected_order_stat(lambda r, shape: r.choice(pool, size=shape), 5, 9, rng, trials=40_000)
     assert got[-1] == pytest.approx(mc, rel=0.01)
+
+
+def test_order_statistics_for_several_launches_at_once_match_monte_carlo_row_by_row():
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 400, size=40).tolist()
+    pool = np.asarray(lengths)
+    table = expected_order_stats_by_n(lengths, 4, [4, 6, 9])
+    assert table.shape == (3, 4)
+    for row, n in zip(table, [4, 6, 9], strict=True):
+        for k in (1, 4):
+            mc = mc_expected_order_stat(lambda r, shape: r.choice(pool, size=shape), k, n, rng, trials=40_000)
+            assert row[k - 1] == pytest.approx(mc, rel=0.02)
+    with pytest.raises(ValueError):
+        expected_order_stats_by_n(lengths, 4, [6, 3])  # a launch below the kept count
+
+
+def test_spare_values_of_a_range_are_each_launch_on_its_own():
+    lengths = [12, 15, 14, 90, 16, 13, 200, 17]
+    values = spare_values(lengths, 4, range(4, 9))
+    assert values[4] == pytest.approx(0.0)
+    assert values == pytest.approx({n: spare_value(lengths, 4, n) for n in range(4, 9)})
+    assert max(values.values()) > 0  # a tail: some spares pay for themselves
 
 
 def test_equal_lengths_make_every_spare_a_pure_cost():
