@@ -119,8 +119,9 @@ def run_async(batches: int) -> tuple[float, float, int]:
 
 if __name__ == "__main__":  # the engine-core process is spawned: it imports this file again
     mode, batches = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30
-    if mode == "inproc":
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # both modes as the adapter runs vLLM: "0" keeps the model in the engine core (vLLM's CPU platform otherwise
+    # moves it to a worker process of its own); AsyncLLM keeps its engine-core process whatever this says
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     wall, cpu, tokens = (run_inproc if mode == "inproc" else run_async)(batches)
     print(
         f"{mode}: {batches} batches, {wall / batches * 1e3:.1f} ms/batch wall, "

@@ -312,7 +312,10 @@ def _append_output(trace: RequestTrace, completion: Any) -> None:
 
 
 def configure_cpu_threads(bind: str | None) -> None:
-    """Pin this engine's OpenMP threads (two engines on one host must not share a core)."""
+    """Pin this engine's OpenMP threads (two engines on one host must not share a core), and keep the model in the
+    engine-core process: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` unset vLLM's CPU platform turns the ``uni``
+    executor into a worker process of its own, one more process and hop per step (``AsyncLLM`` keeps its
+    engine-core process either way)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if bind:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
