@@ -17,10 +17,11 @@ from numpy.typing import ArrayLike
 from scipy import integrate, special
 
 
-def order_stat_cdf(p: ArrayLike, m: int | np.ndarray, n: int) -> np.ndarray:
-    """P(X_(m) <= x) of n i.i.d. draws, given p = F(x) (``m`` may be an array of ranks, broadcast against ``p``)."""
-    _check(int(np.min(m)), n)
-    _check(int(np.max(m)), n)
+def order_stat_cdf(p: ArrayLike, m: int | np.ndarray, n: int | np.ndarray) -> np.ndarray:
+    """P(X_(m) <= x) of n i.i.d. draws, given p = F(x) (``m`` and ``n`` may be arrays of ranks and draw counts,
+    broadcast against ``p``; every rank must be at most every draw count)."""
+    _check(int(np.min(m)), int(np.min(n)))
+    _check(int(np.max(m)), int(np.min(n)))
     return special.betainc(m, n - m + 1, np.clip(np.asarray(p, dtype=float), 0.0, 1.0))
 
 
@@ -36,8 +37,6 @@ def expected_order_stats(lengths: ArrayLike, m: int, n: int) -> np.ndarray:
 
 def expected_order_stats_by_n(lengths: ArrayLike, m: int, ns: Sequence[int]) -> np.ndarray:
     """``expected_order_stats(lengths, m, n)`` for each n of ``ns``, one row each, in one vectorized pass."""
-    for n in ns:
-        _check(m, n)
     values, counts = np.unique(np.asarray(lengths, dtype=float), return_counts=True)
     if values.size == 0 or values[0] < 0:
         raise ValueError("lengths must be non-empty and non-negative")
@@ -46,7 +45,7 @@ def expected_order_stats_by_n(lengths: ArrayLike, m: int, ns: Sequence[int]) -> 
     widths = np.diff(values, prepend=0.0)
     ranks = np.arange(1, m + 1)[None, :, None]
     draws = np.asarray(ns)[:, None, None]
-    survival = 1.0 - special.betainc(ranks, draws - ranks + 1, below[None, None, :])
+    survival = 1.0 - order_stat_cdf(below[None, None, :], ranks, draws)
     return survival @ widths
 
 
