@@ -1,8 +1,9 @@
 """The one place Tailor talks to vLLM's Python API (it changes often; pin and adapt here).
 
-``VllmEngine`` wraps ``AsyncLLM``: token-id prompts, one request per sample (``n=1``) so each sample
-can be aborted on its own, sampled-token log-probs (``processed_logprobs``), weight loading under a
-pause that keeps in-flight requests (``mode="keep"``) or aborts and resubmits them, per-token weight versions.
+``VllmEngine`` wraps ``AsyncLLM`` (on the CPU with its engine core in this process: ``vllm_inproc_client``):
+token-id prompts, one request per sample (``n=1``) so each sample can be aborted on its own, sampled-token log-probs
+(``processed_logprobs``), weight loading under a pause that keeps in-flight requests (``mode="keep"``) or aborts and
+resubmits them, per-token weight versions.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -78,7 +80,8 @@ class VllmEngine:
                 from vllm.config import WeightTransferConfig
 
                 kwargs["weight_transfer_config"] = WeightTransferConfig(backend=spec.weight_transfer)
-        self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        with _engine_core_in_process(self.cpu):
+            self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         # vLLM >= 0.27 stamps every token with the weight version it was sampled under; 0.26 (the last release for
         # torch 2.11, what the GPU machines here run) cannot, so there a sync interrupts in-flight requests instead of
         # keeping them: each resubmission then runs under one known version, and its span is exact
@@ -281,11 +284,11 @@ class VllmEngine:
         self.engine.output_processor.stream_interval = k
 
     def shutdown(self) -> None:
-        """Stop the engine now. The engine-core process gets ``SHUTDOWN_GRACE_S`` to exit before it is killed: its
-        own teardown is garbage collection of a heap about to be freed anyway (three full passes, 4-7 s on 2 CPU
-        cores), and a killed core leaves nothing behind. ``AsyncLLM.__del__`` would call its ``shutdown`` again at
-        interpreter exit, after vLLM's module globals are gone, and print a TypeError traceback; the stopped
-        engine's is made a no-op."""
+        """Stop the engine now. An engine-core process (GPU engines) gets ``SHUTDOWN_GRACE_S`` to exit before it is
+        killed: its own teardown is garbage collection of a heap about to be freed anyway (three full passes, 4-7 s
+        on 2 CPU cores), and a killed core leaves nothing behind; an in-process core (CPU) is released here (~1 s).
+        ``AsyncLLM.__del__`` would call its ``shutdown`` again at interpreter exit, after vLLM's module globals are
+        gone, and print a TypeError traceback; the stopped engine's is made a no-op."""
         if "timeout" in inspect.signature(self.engine.shutdown).parameters:
             self.engine.shutdown(timeout=SHUTDOWN_GRACE_S)
         else:
@@ -293,6 +296,25 @@ class VllmEngine:
         self.engine.shutdown = _stopped  # type: ignore[method-assign]
         if self._lora_dir is not None:
             shutil.rmtree(self._lora_dir, ignore_errors=True)
+
+
+@contextmanager
+def _engine_core_in_process(enabled: bool) -> Iterator[None]:
+    """While an ``AsyncLLM`` is built, make its engine-core client ``InprocAsyncClient`` (``enabled``: CPU engines)
+    instead of a process of its own. vLLM has no option for it: ``AsyncLLM.__init__`` calls
+    ``EngineCoreClient.make_async_mp_client``, swapped here for the time of the call."""
+    if not enabled:
+        yield
+        return
+    from rl.rollout.vllm_inproc_client import InprocAsyncClient
+    from vllm.v1.engine.core_client import EngineCoreClient
+
+    made = EngineCoreClient.__dict__["make_async_mp_client"]
+    EngineCoreClient.make_async_mp_client = staticmethod(InprocAsyncClient)  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        EngineCoreClient.make_async_mp_client = made  # type: ignore[method-assign]
 
 
 def _stopped(timeout: float | None = None) -> None:
@@ -313,9 +335,8 @@ def _append_output(trace: RequestTrace, completion: Any) -> None:
 
 def configure_cpu_threads(bind: str | None) -> None:
     """Pin this engine's OpenMP threads (two engines on one host must not share a core), and keep the model in the
-    engine-core process: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` unset vLLM's CPU platform turns the ``uni``
-    executor into a worker process of its own, one more process and hop per step (``AsyncLLM`` keeps its
-    engine-core process either way)."""
+    engine core: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` unset vLLM's CPU platform turns the ``uni`` executor into
+    a worker process of its own, one more process and hop per step."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if bind:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind

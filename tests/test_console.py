@@ -167,8 +167,8 @@ def test_rl_train_console_is_short_and_ends_with_a_summary(user_train_run):
 @pytest.mark.integration
 def test_rl_bench_rollout_shows_progress_and_sigterm_stops_it_and_its_engine(tiny_model_dir, tmp_path):
     """A long ``rl bench rollout``, run as a user runs it: a quiet console shows the engine start and each mode's
-    passes; SIGTERM once both modes ran stops it with exit code 143, the vLLM engine-core process it started goes
-    with it (without the handler it would be orphaned), and no result is written for a run cut short."""
+    passes; SIGTERM once both modes ran stops it with exit code 143, leaving no process of its own behind (on the
+    CPU its engine core runs in the bench's process), and no result is written for a run cut short."""
     log = tmp_path / "bench.log"
     bench = ["bench", "rollout", "--model", tiny_model_dir, "--prompts", "32", "--max-tokens", "48", "--m-keep", "2"]
     bench += ["--modes", "plain,darts", "--repeats", "50", "--no-plots", "--out", str(tmp_path / "b")]
@@ -180,7 +180,6 @@ def test_rl_bench_rollout_shows_progress_and_sigterm_stops_it_and_its_engine(tin
         assert wait_for(lambda: "darts repeat 0" in log.read_text() or proc.poll() is not None, 600), "no pass"
         assert proc.poll() is None, log.read_text()[-3000:]
         children = descendants(proc.pid)
-        assert children, "the engine core should run in a child process"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 128 + signal.SIGTERM
         assert wait_for(lambda: not any(alive(pid) for pid in children), 60), [p for p in children if alive(p)]

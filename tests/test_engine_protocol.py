@@ -39,7 +39,11 @@ def test_only_the_adapter_imports_vllm_and_the_callers_name_the_protocol():
         for path in (ROOT / package).rglob("*.py")
         if re.search(r"^\s*(import vllm|from vllm[ .])", path.read_text(), re.M)
     ]
-    assert sorted(importers) == ["rollout/vllm_adapter.py", "rollout/vllm_weight_sender.py"]
+    assert sorted(importers) == [
+        "rollout/vllm_adapter.py",
+        "rollout/vllm_inproc_client.py",
+        "rollout/vllm_weight_sender.py",
+    ]
     for caller in ["rollout/group_runner.py", "rollout/worker.py", "rl/bench/rollout.py"]:
         text = (ROOT / caller).read_text()
         assert "InferenceEngine" in text and "VllmEngine" not in text, caller
