@@ -205,8 +205,11 @@ class VllmEngine:
         """Stop scheduling: in-flight requests are kept (vLLM ``keep``) or aborted for resubmission (``interrupt``,
         and always where vLLM cannot stamp token versions)."""
         self._serving.clear()
-        keep = not interrupt and self.stamps_versions
-        await self.engine.pause_generation(mode="keep" if keep else "abort", clear_cache=True)
+        mode = "keep" if not interrupt and self.stamps_versions else "abort"
+        if self.cpu:  # in process: AsyncLLM.pause_generation's 20 ms wait for outputs from a core process is idle time
+            await self.engine.engine_core.pause_scheduler_async(mode=mode, clear_cache=True)
+        else:
+            await self.engine.pause_generation(mode=mode, clear_cache=True)
 
     async def resume(self) -> None:
         await self.engine.resume_generation()
