@@ -79,7 +79,5 @@ if __name__ == "__main__":
     parser.add_argument("model", help="builtin:NAME or a model directory")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    from rl.rollout.vllm_adapter import configure_cpu_threads
-
-    configure_cpu_threads("0")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0")
     asyncio.run(main(args.model, args.repeats))

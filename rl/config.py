@@ -139,7 +139,7 @@ class RolloutConfig(Strict):
     enforce_eager: bool = Field(default=True, description="GPU only: no CUDA graphs (faster start, slower decode)")
     cpu_threads_bind: list[str] | None = Field(
         default=None,
-        description='CPU only: per worker, the cores its engine runs on, e.g. ["0"] or ["0-1"]; None: any',
+        description='per worker VLLM_CPU_OMP_THREADS_BIND, e.g. ["0"]',
     )
     max_concurrent_groups: int = Field(default=64, ge=1, description="prompts in flight per rollout worker")
     partial_rollouts: Literal["keep", "resubmit"] = Field(

@@ -337,21 +337,9 @@ def _append_output(trace: RequestTrace, completion: Any) -> None:
 
 
 def configure_cpu_threads(bind: str | None) -> None:
-    """Pin the calling thread to the cores in ``bind`` (``"0"``, ``"0,1"``, ``"0-3"``), and with it every thread and
-    process it starts afterwards: a rollout worker calls it before it builds its engine, whose model runs and, on the
-    CPU, is stepped on that thread (two engines on one host must not share a core). vLLM 0.32 reads its own
-    ``VLLM_CPU_OMP_THREADS_BIND`` only in its multiprocess executor, which is not used here. Also keeps the model in
-    the engine core: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` unset vLLM's CPU platform turns the ``uni`` executor
-    into a worker process of its own, one more process and hop per step."""
+    """Pin this engine's OpenMP threads (two engines on one host must not share a core), and keep the model in the
+    engine core: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` unset vLLM's CPU platform turns the ``uni`` executor into
+    a worker process of its own, one more process and hop per step."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if bind:
-        os.sched_setaffinity(0, cpu_ids(bind))
-
-
-def cpu_ids(bind: str) -> set[int]:
-    """The core ids of a list such as ``"0,2-3"``."""
-    ids: set[int] = set()
-    for part in bind.split(","):
-        first, _, last = part.partition("-")
-        ids.update(range(int(first), int(last or first) + 1))
-    return ids
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind

@@ -92,7 +92,7 @@ class RolloutBenchConfig(BaseModel):
     shaping: ShapingConfig = Field(default_factory=ShapingConfig)
     cost_model: str | None = None  # decode profile JSON (path or shipped name) for the cost-model columns
     kv_cache_bytes: int | None = None  # CPU KV cache; None: enough for every launched sample
-    cpu_threads_bind: str | None = None  # the cores the engine runs on (configure_cpu_threads)
+    cpu_threads_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND for the engine
     lengths: str | None = None  # dummy: models only: a length-model preset or a bench_rollout.json to fit
     steady_batches: int = Field(0, ge=0)  # also run this many batches back to back per mode: kept groups per second
     enforce_eager: bool | None = None  # GPU: False captures CUDA graphs; None: the recipe's, else the engine default
