@@ -26,6 +26,10 @@ class InprocAsyncClient(InprocClient):
     handler), never while paused, and it yields to the event loop before every step; every other call runs between
     two steps (one thread, no locks). With nothing to run it waits on an event, never spins. A request aborted by a
     pause in ``abort`` mode gets a final abort output, as the engine-core process sends one.
+
+    The cost: a step, the model's forward pass included, holds the event loop, so whatever else arrives (a Ray call,
+    a weight load) waits for the step in progress. On the tiny model with 384 sequences running, a Ray call that took
+    2.5 ms (median) with the core in its own process took 42 ms.
     """
 
     def __init__(self, vllm_config: Any, executor_class: type, log_stats: bool, **_process_only: Any) -> None:
