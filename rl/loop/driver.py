@@ -271,12 +271,13 @@ class Driver:
             metrics = step_metrics(groups, results, batch_stats, buffer_stats, idle, errors, dropped)
             if step % cfg.sync_every == 0:
                 metrics.update(await self.weights.sync(self.version))
-            now, busy = time.monotonic(), max(r["seconds"] for r in results)
-            metrics.update(step_timing(now - last, busy, batch_stats["generated_tokens"], idle - last_idle))
+            now, busy, idle_now = time.monotonic(), max(r["seconds"] for r in results), self.admission.idle_seconds()
+            # idle time over the step's own interval (a sync's included), so that it never exceeds the step
+            metrics.update(step_timing(now - last, busy, batch_stats["generated_tokens"], idle_now - last_idle))
             if self.governor:  # the next batch's plans take the steered redundancy
                 redundancy = self.governor.update(metrics["rollout_idle_frac"])
                 self.policy.avg_redundancy = metrics["avg_redundancy"] = redundancy
-            last, last_idle = now, idle
+            last, last_idle = now, idle_now
             self.logger.log(step, metrics)
             self.logger.log_completions(step, completion_rows(step, groups, self.cfg.logging.completions_per_step))
             bar.set_postfix_str(step_postfix(metrics))
