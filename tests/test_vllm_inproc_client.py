@@ -86,15 +86,25 @@ def client(monkeypatch):
     return InprocAsyncClient(vllm_config=None, executor_class=object, log_stats=False)
 
 
+async def waiting_output(client) -> asyncio.Task:
+    """``get_output_async`` started and seen to wait 50 ms: no step, no spinning (at most two looks at the core)."""
+    core = client.engine_core
+    steps, looks = core.steps, core.looks
+    waiting = asyncio.create_task(client.get_output_async())
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and core.steps == steps and core.looks - looks <= 2
+    return waiting
+
+
+async def ids_of(waiting: asyncio.Task) -> list[str]:
+    return [o.request_id for o in (await asyncio.wait_for(waiting, 1)).outputs]
+
+
 def test_an_idle_client_waits_for_work_instead_of_stepping(client):
     async def run():
-        core = client.engine_core
-        waiting = asyncio.create_task(client.get_output_async())
-        await asyncio.sleep(0.05)
-        assert not waiting.done() and core.steps == 0 and core.looks <= 2
+        waiting = await waiting_output(client)
         await client.add_request_async("a")
-        outputs = await asyncio.wait_for(waiting, 1)
-        assert [o.request_id for o in outputs.outputs] == ["a"] and core.steps == 1
+        assert await ids_of(waiting) == ["a"] and client.engine_core.steps == 1
 
     asyncio.run(run())
 
@@ -110,26 +120,20 @@ def test_a_paused_client_never_steps_and_ends_the_requests_an_abort_pause_stoppe
         assert sorted(o.request_id for o in ended.outputs) == ["a", "b"] and core.steps == 0
         assert all(str(o.finish_reason) == "abort" for o in ended.outputs)
         await client.add_request_async("c")  # queued while paused
-        waiting, looks = asyncio.create_task(client.get_output_async()), core.looks
-        await asyncio.sleep(0.05)
-        assert not waiting.done() and core.steps == 0 and core.looks - looks <= 2
+        waiting = await waiting_output(client)
         await client.resume_scheduler_async()
-        outputs = await asyncio.wait_for(waiting, 1)
-        assert [o.request_id for o in outputs.outputs] == ["c"] and core.steps == 1
+        assert await ids_of(waiting) == ["c"] and core.steps == 1
 
     asyncio.run(run())
 
 
 def test_a_keep_pause_keeps_requests_and_they_step_again_on_resume(client):
     async def run():
-        core = client.engine_core
         await client.add_request_async("a")
         await client.pause_scheduler_async(mode="keep", clear_cache=True)
-        waiting, looks = asyncio.create_task(client.get_output_async()), core.looks
-        await asyncio.sleep(0.05)
-        assert not waiting.done() and core.steps == 0 and core.running == ["a"] and core.looks - looks <= 2
+        waiting = await waiting_output(client)
+        assert client.engine_core.running == ["a"] and client.engine_core.steps == 0
         await client.resume_scheduler_async()
-        outputs = await asyncio.wait_for(waiting, 1)
-        assert [o.request_id for o in outputs.outputs] == ["a"]
+        assert await ids_of(waiting) == ["a"]
 
     asyncio.run(run())
