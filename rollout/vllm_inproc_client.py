@@ -87,14 +87,6 @@ class InprocAsyncClient(InprocClient):
     async def set_weight_version_async(self, weight_version: str) -> None:
         self.set_weight_version(weight_version)
 
-    async def get_weight_version_async(self) -> str:
-        return self.get_weight_version()
-
-    async def reset_prefix_cache_async(
-        self, reset_running_requests: bool = False, reset_connector: bool = False
-    ) -> bool:
-        return self.reset_prefix_cache(reset_running_requests, reset_connector)
-
     async def add_lora_async(self, lora_request: Any) -> bool:
         return self.add_lora(lora_request)
 
