@@ -266,18 +266,16 @@ class Driver:
             await self.admission.forget(buffer_stats.get("dropped_stale", 0) - self.admission.forgotten)
             batch_stats = summarize_groups(groups, self.version)
             self.version = step
-            idle = self.admission.idle_seconds()
             errors, dropped = self.counters.rollout_errors, self.groups.dynamic_sampling.end_step()
-            metrics = step_metrics(groups, results, batch_stats, buffer_stats, idle, errors, dropped)
-            if step % cfg.sync_every == 0:
-                metrics.update(await self.weights.sync(self.version))
-            now, busy, idle_now = time.monotonic(), max(r["seconds"] for r in results), self.admission.idle_seconds()
-            # idle time over the step's own interval (a sync's included), so that it never exceeds the step
-            metrics.update(step_timing(now - last, busy, batch_stats["generated_tokens"], idle_now - last_idle))
+            synced = await self.weights.sync(self.version) if step % cfg.sync_every == 0 else {}
+            # the clock and the idle total are read together, after the sync: a step's idle lies within its interval
+            now, busy, idle = time.monotonic(), max(r["seconds"] for r in results), self.admission.idle_seconds()
+            metrics = step_metrics(groups, results, batch_stats, buffer_stats, idle, errors, dropped) | synced
+            metrics.update(step_timing(now - last, busy, batch_stats["generated_tokens"], idle - last_idle))
             if self.governor:  # the next batch's plans take the steered redundancy
                 redundancy = self.governor.update(metrics["rollout_idle_frac"])
                 self.policy.avg_redundancy = metrics["avg_redundancy"] = redundancy
-            last, last_idle = now, idle_now
+            last, last_idle = now, idle
             self.logger.log(step, metrics)
             self.logger.log_completions(step, completion_rows(step, groups, self.cfg.logging.completions_per_step))
             bar.set_postfix_str(step_postfix(metrics))
