@@ -167,8 +167,9 @@ def test_rl_train_console_is_short_and_ends_with_a_summary(user_train_run):
 @pytest.mark.integration
 def test_rl_bench_rollout_shows_progress_and_sigterm_stops_it_and_its_engine(tiny_model_dir, tmp_path):
     """A long ``rl bench rollout``, run as a user runs it: a quiet console shows the engine start and each mode's
-    passes; SIGTERM once both modes ran stops it with exit code 143, leaving no process of its own behind (on the
-    CPU its engine core runs in the bench's process), and no result is written for a run cut short."""
+    passes; SIGTERM once both modes ran stops it with exit code 143, any child process it started goes with it (on
+    the CPU there is none: its engine core runs in the bench's process), and no result is written for a run cut
+    short."""
     log = tmp_path / "bench.log"
     bench = ["bench", "rollout", "--model", tiny_model_dir, "--prompts", "32", "--max-tokens", "48", "--m-keep", "2"]
     bench += ["--modes", "plain,darts", "--repeats", "50", "--no-plots", "--out", str(tmp_path / "b")]
