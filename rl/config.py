@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rl.data.arith import ArithConfig
 from rl.rewards.model import RewardModelSpec
+from rl.rollout.cpu_cores import parse_cores
 from rl.shaping import defaults as shaping_defaults
 
 
@@ -139,7 +140,7 @@ class RolloutConfig(Strict):
     enforce_eager: bool = Field(default=True, description="GPU only: no CUDA graphs (faster start, slower decode)")
     cpu_threads_bind: list[str] | None = Field(
         default=None,
-        description='per worker VLLM_CPU_OMP_THREADS_BIND, e.g. ["0"]',
+        description='per worker, the CPU cores its process runs on, e.g. ["0"] or ["0-1", "2-3"]; None: any',
     )
     max_concurrent_groups: int = Field(default=64, ge=1, description="prompts in flight per rollout worker")
     partial_rollouts: Literal["keep", "resubmit"] = Field(
@@ -174,6 +175,13 @@ class RolloutConfig(Strict):
     tool_timeout_s: float = Field(
         default=30.0, gt=0, description="per tool call; a call past it returns an error message to the model"
     )
+
+    @field_validator("cpu_threads_bind")
+    @classmethod
+    def _core_lists(cls, binds: list[str] | None) -> list[str] | None:
+        for bind in binds or []:
+            parse_cores(bind)
+        return binds
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> RolloutConfig:

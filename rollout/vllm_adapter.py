@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from rl.rollout.cpu_cores import pin_process
 from rl.rollout.engine import EngineSpec, RequestTrace, SamplingSpec
 
 EXTENSION_CLS = "rl.rollout.vllm_extension.WeightLoaderExtension"
@@ -337,9 +338,10 @@ def _append_output(trace: RequestTrace, completion: Any) -> None:
 
 
 def configure_cpu_threads(bind: str | None) -> None:
-    """Pin this engine's OpenMP threads (two engines on one host must not share a core), and keep the model in the
-    engine core: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` unset vLLM's CPU platform turns the ``uni`` executor into
-    a worker process of its own, one more process and hop per step."""
+    """Run this process on the cores in ``bind`` (``pin_process``; None: anywhere), and keep the model in the engine
+    core: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` unset vLLM's CPU platform turns the ``uni`` executor into a worker
+    process of its own, one more process and hop per step. vLLM 0.32's own ``VLLM_CPU_OMP_THREADS_BIND`` is read
+    only by its multiprocess executor, which is not used here."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if bind:
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bind
+        pin_process(bind)

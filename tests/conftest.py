@@ -115,7 +115,7 @@ def warm_engine(ray_session, tiny_model_dir):
     from rl.rollout.engine import EngineSpec
     from rl.rollout.worker import remote_rollout_worker
 
-    worker = remote_rollout_worker(num_cpus=1).remote(EngineSpec(model=tiny_model_dir, max_model_len=128), "0")
+    worker = remote_rollout_worker(num_cpus=1).remote(EngineSpec(model=tiny_model_dir, max_model_len=128))
     ray_session.get(worker.stats.remote(), timeout=900)
     yield worker
     ray_session.get(worker.shutdown.remote())

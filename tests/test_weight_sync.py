@@ -50,6 +50,17 @@ def lora_rollout_worker(ray_session, tiny_model_dir):
     ray.kill(worker)
 
 
+def test_a_worker_started_with_a_cpu_bind_runs_every_thread_on_those_cores(lora_rollout_worker):
+    """``lora_rollout_worker`` was started with the bind "0", as the recipes start theirs."""
+
+    def cores(worker):
+        import os
+
+        return {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}
+
+    assert ray.get(lora_rollout_worker.__ray_call__.remote(cores)) == {frozenset({0})}
+
+
 @pytest.mark.parametrize("lora", [None, LORA_MERGED, LORA_ADAPTER], ids=["full", "lora-merged", "lora-adapter"])
 def test_sync_makes_engine_logprobs_match_trainer(request, tiny_model_dir, encode, lora):
     """Full fine-tuning; LoRA with merged weights synced; LoRA served as an adapter, only its tensors synced."""

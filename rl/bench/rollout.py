@@ -48,6 +48,7 @@ from rl.data.source import dataset_rows
 from rl.inputs.prompting import PromptEncoder
 from rl.rewards.loading import RewardSpec, load_reward_fn
 from rl.rewards.pool import RewardPool
+from rl.rollout.cpu_cores import local_cores
 from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
 from rl.rollout.group_runner import GroupResult, run_group
 from rl.rollout.tool_workflow import ToolSettings, ToolWorkflow
@@ -92,11 +93,18 @@ class RolloutBenchConfig(BaseModel):
     shaping: ShapingConfig = Field(default_factory=ShapingConfig)
     cost_model: str | None = None  # decode profile JSON (path or shipped name) for the cost-model columns
     kv_cache_bytes: int | None = None  # CPU KV cache; None: enough for every launched sample
-    cpu_threads_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND for the engine
+    cpu_threads_bind: str | None = None  # the cores this process (and its engine) runs on; None: any
     lengths: str | None = None  # dummy: models only: a length-model preset or a bench_rollout.json to fit
     steady_batches: int = Field(0, ge=0)  # also run this many batches back to back per mode: kept groups per second
     enforce_eager: bool | None = None  # GPU: False captures CUDA graphs; None: the recipe's, else the engine default
     plots: bool = True
+
+    @field_validator("cpu_threads_bind")
+    @classmethod
+    def _core_list(cls, bind: str | None) -> str | None:
+        if bind is not None:
+            local_cores(bind)
+        return bind
 
     @field_validator("modes")
     @classmethod

@@ -24,6 +24,7 @@ from rl.models import BUILTIN_PREFIX
 from rl.rewards.hooks import RewardState
 from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import RewardPool
+from rl.rollout.cpu_cores import local_cores
 from rl.rollout.engine import EngineSpec, SamplingSpec
 from rl.rollout.tool_workflow import ToolSettings
 
@@ -57,6 +58,11 @@ def resolve_eval_model(name: str) -> str:
 def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> tuple[str, list]:
     """The model directory and the split's rows, with the reward functions loaded once: each problem a one-line
     ``BadInput`` before any engine starts."""
+    if settings.cpu_threads_bind:
+        try:
+            local_cores(settings.cpu_threads_bind)
+        except ValueError as e:
+            raise BadInput(f"--cpu-bind: {e}") from None
     model_dir = resolve_eval_model(settings.model)
     data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
     try:

@@ -25,6 +25,7 @@ from rl.models import BUILTIN_PREFIX, resolve_model
 from rl.rewards.hooks import CallLog, RewardState
 from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import TRL_HOOKS, call_reward, reward_values
+from rl.rollout.cpu_cores import local_cores
 from rl.types import PromptRow, Sample
 
 log = logging.getLogger("rl.preflight")
@@ -49,6 +50,12 @@ class RunInputs:
 
 def preflight(cfg: RunConfig) -> RunInputs:
     """Check the model, data and rewards of ``cfg``; raises ``BadInput`` with one line for the first problem."""
+    if cfg.ray.address is None:  # a local Ray: the rollout workers run on this machine's cores
+        for bind in cfg.rollout.cpu_threads_bind or []:
+            try:
+                local_cores(bind)
+            except ValueError as e:
+                raise BadInput(f"rollout.cpu_threads_bind: {e}") from None
     model_dir = check_model_path(cfg.model.path)
     encoder = _encoder(model_dir, cfg.model.path)
     train, test = split_rows(cfg.data)
