@@ -319,6 +319,10 @@ def test_real_small_bench_run(bench_engine, tmp_path):
         assert run["metrics"]["rewarded"] == b * m, mode
         # the batch's mean reward is its groups' (each of M samples), the tokens those of its samples' records
         assert run["metrics"]["reward_mean"] == pytest.approx(sum(run["group_rewards"]) / b), mode
+        # each kept sample carries its reward, the rest none; a group's mean is its kept samples'
+        assert all((s["reward"] is None) == (s["fate"] != "kept") for s in run["samples"]), mode
+        for g, mean in enumerate(run["group_rewards"]):
+            assert mean == pytest.approx(sum(s["reward"] for s in kept if s["group"] == g) / m), (mode, g)
         generated = sum(s["length"] for s in run["samples"])
         assert run["metrics"]["generated_tokens"] == generated, mode
         assert run["metrics"]["waste_ratio"] == pytest.approx(1 - sum(s["length"] for s in kept) / generated), mode

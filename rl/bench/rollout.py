@@ -357,7 +357,7 @@ class RolloutBench:
                 lambda tag: self.shaped_pass(engine, policy, mode, batch, tag), warm_up=mode != SHADOW
             )
         group_rewards = await self.score(pool, timed.kept)
-        rewards = [v for g in group_rewards for v in g]
+        rewards = [v for g in group_rewards for v in g if v is not None]
         metrics = pass_metrics(timed.records, timed.seconds, timed.counts, rewards, self.workflow is not None)
         if self.profile is not None:
             metrics["model_time_to_batch_s"] = batch_rollout_time([r.length for r in timed.records], self.profile)
@@ -378,8 +378,8 @@ class RolloutBench:
             "repeat": repeat,
             "seed": self.cfg.seed + repeat,
             "metrics": metrics,
-            "samples": [r.to_dict() for r in timed.records],
-            "group_rewards": [sum(g) / len(g) if g else None for g in group_rewards],
+            "samples": sample_dicts(timed, group_rewards),
+            "group_rewards": [mean_or_none(g) for g in group_rewards],
         }
 
     def policy(self, mode: str) -> ShapingPolicy:
@@ -470,12 +470,12 @@ class RolloutBench:
 
     async def score(
         self, pool: RewardPool | None, kept: list[tuple[PromptRow, list[Sample], list[Completion]]]
-    ) -> list[list[float]]:
-        """Valid rewards of the kept samples, group by group (samples no function scores are left out)."""
+    ) -> list[list[float | None]]:
+        """The rewards of the kept samples, group by group in their order (None: no function scored it)."""
         rows = [row for row, samples, _ in kept for _ in samples]
         samples = [s for _, group, _ in kept for s in group]
         if pool is None or not samples:
-            return [[] for _ in kept]
+            return [[None] * len(group) for _, group, _ in kept]
         result = await pool.score(
             [r.prompt for r in rows],
             [c for _, _, completions in kept for c in completions],
@@ -483,9 +483,26 @@ class RolloutBench:
         )
         by_group, start = [], 0
         for _, group, _ in kept:
-            by_group.append([v for v in result.rewards[start : start + len(group)] if v is not None])
+            by_group.append(list(result.rewards[start : start + len(group)]))
             start += len(group)
         return by_group
+
+
+def sample_dicts(timed: PassResult, group_rewards: list[list[float | None]]) -> list[dict]:
+    """The pass's sample records, each kept one with its ``reward`` (None: launched and not kept, or unscored): what
+    a look at reward against length, or at what shaping dropped, reads."""
+    reward_of = {
+        (g, sample.index): value
+        for g, ((_, samples, _), values) in enumerate(zip(timed.kept, group_rewards, strict=True))
+        for sample, value in zip(samples, values, strict=True)
+    }
+    return [{**r.to_dict(), "reward": reward_of.get((r.group, r.index))} for r in timed.records]
+
+
+def mean_or_none(values: list[float | None]) -> float | None:
+    """The mean of the values that are not None; None when none is."""
+    valid = [v for v in values if v is not None]
+    return sum(valid) / len(valid) if valid else None
 
 
 async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: InferenceEngine | None = None) -> dict:
