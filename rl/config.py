@@ -140,7 +140,7 @@ class RolloutConfig(Strict):
     enforce_eager: bool = Field(default=True, description="GPU only: no CUDA graphs (faster start, slower decode)")
     cpu_threads_bind: list[str] | None = Field(
         default=None,
-        description='per worker, the CPU cores its process runs on, e.g. ["0"] or ["0-1", "2-3"]; None: any',
+        description='CPU only: per worker, the cores its process runs on, e.g. ["0"] or ["0-1", "2-3"]; None: any',
     )
     max_concurrent_groups: int = Field(default=64, ge=1, description="prompts in flight per rollout worker")
     partial_rollouts: Literal["keep", "resubmit"] = Field(

@@ -338,10 +338,11 @@ def _append_output(trace: RequestTrace, completion: Any) -> None:
 
 
 def configure_cpu_threads(bind: str | None) -> None:
-    """Run this process on the cores in ``bind`` (``pin_process``; None: anywhere), and keep the model in the engine
-    core: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` unset vLLM's CPU platform turns the ``uni`` executor into a worker
-    process of its own, one more process and hop per step. vLLM 0.32's own ``VLLM_CPU_OMP_THREADS_BIND`` is read
-    only by its multiprocess executor, which is not used here."""
+    """On the CPU, run this process on the cores in ``bind`` (``pin_process``; None: anywhere), and keep the model in
+    the engine core: with ``VLLM_ENABLE_V1_MULTIPROCESSING`` unset vLLM's CPU platform turns the ``uni`` executor
+    into a worker process of its own, one more process and hop per step. vLLM 0.32's own
+    ``VLLM_CPU_OMP_THREADS_BIND`` is read only by its multiprocess executor, which is not used here. On a GPU the
+    bind is ignored: the engine core runs in a child process there and needs a core apart from its frontend's."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    if bind:
+    if bind and is_cpu_platform():
         pin_process(bind)

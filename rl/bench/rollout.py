@@ -93,7 +93,7 @@ class RolloutBenchConfig(BaseModel):
     shaping: ShapingConfig = Field(default_factory=ShapingConfig)
     cost_model: str | None = None  # decode profile JSON (path or shipped name) for the cost-model columns
     kv_cache_bytes: int | None = None  # CPU KV cache; None: enough for every launched sample
-    cpu_threads_bind: str | None = None  # the cores this process (and its engine) runs on; None: any
+    cpu_threads_bind: str | None = None  # CPU only: the cores this process (and its engine) runs on; None: any
     lengths: str | None = None  # dummy: models only: a length-model preset or a bench_rollout.json to fit
     steady_batches: int = Field(0, ge=0)  # also run this many batches back to back per mode: kept groups per second
     enforce_eager: bool | None = None  # GPU: False captures CUDA graphs; None: the recipe's, else the engine default

@@ -51,7 +51,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     rollout.add_argument(
         "--cost-model", help="decode profile JSON, or a shipped profile's name: add cost-model estimates"
     )
-    rollout.add_argument("--cpu-bind", help="the CPU cores this process and its engine run on (e.g. 0 or 0-1)")
+    rollout.add_argument("--cpu-bind", help="CPU only: the cores this process and its engine run on (e.g. 0 or 0-1)")
     rollout.add_argument(
         "--steady-batches",
         type=int,

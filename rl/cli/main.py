@@ -120,7 +120,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("--recipe", help="recipe giving the prompt framing, rewards and engine sizes (default: by dataset)")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override (repeatable)")
-    ev.add_argument("--cpu-bind", help="the CPU cores this process and its engine run on (e.g. 0 or 0-1)")
+    ev.add_argument("--cpu-bind", help="CPU only: the cores this process and its engine run on (e.g. 0 or 0-1)")
     ev.add_argument("--out", type=Path, help="write the metrics and per-problem records as JSON here")
     add_verbose(ev)
     ev.set_defaults(func=cmd_eval)
