@@ -137,7 +137,10 @@ class RolloutConfig(Strict):
         description="GPU only: the share of the engine's GPU vLLM may take; on a GPU shared with the trainer the "
         "memory plan sets it (memory.gpu_gib)",
     )
-    enforce_eager: bool = Field(default=True, description="GPU only: no CUDA graphs (faster start, slower decode)")
+    enforce_eager: bool = Field(
+        default=True,
+        description="no CUDA graphs on a GPU, no torch.compile on the CPU (faster start, slower decode)",
+    )
     cpu_threads_bind: list[str] | None = Field(
         default=None,
         description='CPU only: per worker, the cores its process runs on, e.g. ["0"] or ["0-1", "2-3"]; None: any',

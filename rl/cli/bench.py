@@ -59,8 +59,14 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     )
     rollout.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     graphs = rollout.add_mutually_exclusive_group()
-    graphs.add_argument("--cuda-graph", dest="enforce_eager", action="store_false", default=None, help="GPU graphs")
-    graphs.add_argument("--enforce-eager", dest="enforce_eager", action="store_true", help="no CUDA graphs")
+    graphs.add_argument(
+        "--cuda-graph",
+        dest="enforce_eager",
+        action="store_false",
+        default=None,
+        help="compile the model: CUDA graphs on a GPU, torch.compile on the CPU",
+    )
+    graphs.add_argument("--enforce-eager", dest="enforce_eager", action="store_true", help="run the model eagerly")
     rollout.add_argument(
         "--shaping",
         action="append",
