@@ -17,14 +17,13 @@ from typing import Any
 from rl.config import RunConfig
 from rl.data.source import dataset_rows
 from rl.evaluation.held_out import ProblemRecord, sample_and_score, summarize
-from rl.inputs.preflight import BadInput, check_model_path, check_reward_model
+from rl.inputs.preflight import BadInput, check_local_cores, check_model_path, check_reward_model
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.checkpoint import complete_checkpoints
 from rl.models import BUILTIN_PREFIX
 from rl.rewards.hooks import RewardState
 from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import RewardPool
-from rl.rollout.cpu_cores import local_cores
 from rl.rollout.engine import EngineSpec, SamplingSpec
 from rl.rollout.tool_workflow import ToolSettings
 
@@ -59,10 +58,7 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> tuple[str, list]:
     """The model directory and the split's rows, with the reward functions loaded once: each problem a one-line
     ``BadInput`` before any engine starts."""
     if settings.cpu_threads_bind:
-        try:
-            local_cores(settings.cpu_threads_bind)
-        except ValueError as e:
-            raise BadInput(f"--cpu-bind: {e}") from None
+        check_local_cores(settings.cpu_threads_bind, "--cpu-bind")
     model_dir = resolve_eval_model(settings.model)
     data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
     try:

@@ -52,10 +52,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
     """Check the model, data and rewards of ``cfg``; raises ``BadInput`` with one line for the first problem."""
     if cfg.ray.address is None:  # a local Ray: the rollout workers run on this machine's cores
         for bind in cfg.rollout.cpu_threads_bind or []:
-            try:
-                local_cores(bind)
-            except ValueError as e:
-                raise BadInput(f"rollout.cpu_threads_bind: {e}") from None
+            check_local_cores(bind, "rollout.cpu_threads_bind")
     model_dir = check_model_path(cfg.model.path)
     encoder = _encoder(model_dir, cfg.model.path)
     train, test = split_rows(cfg.data)
@@ -185,6 +182,14 @@ def safetensors_problem(file: Path) -> str | None:
     if 8 + length + end > size:
         return f"truncated: its tensors end at byte {8 + length + end}, the file has {size}"
     return None
+
+
+def check_local_cores(bind: str, where: str) -> None:
+    """``bind`` lists cores this machine gives (``local_cores``); else a one-line ``BadInput`` naming ``where``."""
+    try:
+        local_cores(bind)
+    except ValueError as e:
+        raise BadInput(f"{where}: {e}") from None
 
 
 def check_output_dir(directory: str | Path, where: str) -> Path:
