@@ -34,10 +34,15 @@ def local_cores(bind: str) -> set[int]:
 def pin_process(bind: str) -> None:
     """Run every thread of this process on the cores in ``bind``; threads and processes it starts later inherit
     that. Pins the whole process, not one thread: Ray's threads and the tokenizer's then stay off the cores the
-    trainer and driver use as well."""
+    trainer and driver use as well. Torch then runs at most one intra-op thread per pinned core: two threads on one
+    core take turns at every op, each spinning while it waits for the other (the tiny model's batch took 5.9 s
+    instead of 0.63 s)."""
+    import torch
+
     cores = local_cores(bind)
     for tid in os.listdir("/proc/self/task"):
         try:
             os.sched_setaffinity(int(tid), cores)
         except ProcessLookupError:  # a thread that ended while the list was read
             pass
+    torch.set_num_threads(min(torch.get_num_threads(), len(cores)))
