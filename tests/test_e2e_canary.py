@@ -23,7 +23,7 @@ STEPS = 32
 WINDOW = 5
 
 
-def reward_rise(rollout_worker, tmp_path, name: str, *overrides: str) -> tuple[float, float]:
+def reward_rise(rollout_worker, tmp_path, name: str, *overrides: str, steps: int = STEPS) -> tuple[float, float]:
     """The reward of the first step (its samples always come from the base weights) and the best median of 5
     consecutive steps after it in a canary run. A median, not a mean: one step's swing should not decide (a loaded
     run read 0.80 0.33 0.86 0.90 0.90). Not the first 5 steps' mean: the policy can learn most of the task in those
@@ -36,13 +36,13 @@ def reward_rise(rollout_worker, tmp_path, name: str, *overrides: str) -> tuple[f
     cfg = small_run(
         tmp_path,
         name,
-        f"train.max_steps={STEPS}",
+        f"train.max_steps={steps}",
         f"reward.functions=[{{fn: {tmp_path / 'canary.py'}:shortness}}]",
         "train.lr=1e-3",
         "eval.num_problems=4",
         *overrides,
     )
-    assert run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))["steps"] == STEPS
+    assert run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))["steps"] == steps
     lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
     rewards = [r["reward_mean"] for r in map(json.loads, lines) if r["kind"] == "train"]
     print(name, "rewards:", " ".join(f"{r:.2f}" for r in rewards))  # shown when the check fails
@@ -71,5 +71,6 @@ def test_negated_advantages_fail_the_canary(ray_session, rollout_worker, tiny_mo
             group.advantages = [-a for a in group.advantages]
 
     monkeypatch.setattr(rl.loop.steps, "assign_advantages", negated)
-    first, best = reward_rise(rollout_worker, tmp_path, "negated", "train.max_staleness=1")
+    # half the steps: negated, the reward is near 0 by step 9 (0.54 0.42 0.53 0.58 0.47 0.37 0.17 0.09 0.00 ...)
+    first, best = reward_rise(rollout_worker, tmp_path, "negated", "train.max_staleness=1", steps=STEPS // 2)
     assert not best > first + 0.2, (first, best)
