@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from rl.rollout.engine import RequestTrace, SamplingSpec
-from rl.rollout.group_runner import run_group
+from rl.rollout.group_runner import OnOutput, run_group
 from rl.shaping.darts import DartsController
 from rl.shaping.policy import GroupPlan
 from rl.shaping.sart import SartController
@@ -15,7 +15,9 @@ from rl.shaping.scorers import ExternalScorer
 
 
 class FakeEngine:
-    """One token per sample every ``step_s``; sample ``i`` emits ``i`` as its tokens and stops at ``lengths[i]``."""
+    """Steps like vLLM's engine: every ``step_s`` one step appends a token to each running sample, all at once, so
+    the samples never drift apart however late the event loop runs. Sample ``i`` emits ``i`` as its tokens and stops
+    at ``lengths[i]``; an abort ends a request at once."""
 
     version = 0
 
@@ -25,28 +27,43 @@ class FakeEngine:
         self.aborted: set[str] = set()
         self.traces: list[RequestTrace] = []
         self.streamed: list[bool] = []  # each request's ``stream`` argument
+        self.running: dict[str, tuple[RequestTrace, OnOutput | None, asyncio.Future]] = {}
+        self.stepper: asyncio.Task | None = None
 
-    def script(self, trace: RequestTrace) -> list[int]:
-        """The ids request ``trace`` streams unless aborted."""
-        index = int(trace.request_id.rsplit("-", 1)[1])
-        return [index] * self.lengths[index]
+    def length(self, trace: RequestTrace) -> int:
+        """How many tokens request ``trace`` streams unless aborted."""
+        return self.lengths[int(trace.request_id.rsplit("-", 1)[1])]
 
     async def generate(self, trace: RequestTrace, prompt_tokens, sampling, priority=0, on_output=None) -> RequestTrace:
         self.traces.append(trace)
         self.streamed.append(on_output is not None)
-        for token in self.script(trace):
-            if trace.request_id in self.aborted:
-                break
+        done = asyncio.get_running_loop().create_future()
+        self.running[trace.request_id] = (trace, on_output, done)
+        if self.stepper is None or self.stepper.done():
+            self.stepper = asyncio.create_task(self.step_all())
+        return await done
+
+    async def step_all(self) -> None:
+        while self.running:
             await asyncio.sleep(self.step_s)
-            trace.tokens.append(token)
-            trace.logprobs.append(-1.0)
-            if on_output is not None:
-                on_output(trace)
-        trace.finish_reason = "abort" if trace.request_id in self.aborted else "stop"
-        return trace
+            for request_id, (trace, on_output, _) in list(self.running.items()):
+                trace.tokens.append(int(request_id.rsplit("-", 1)[1]))
+                trace.logprobs.append(-1.0)
+                if on_output is not None:
+                    on_output(trace)
+                if len(trace.tokens) == self.length(trace):
+                    self.finish(request_id, "stop")
+
+    def finish(self, request_id: str, reason: str) -> None:
+        trace, _, done = self.running.pop(request_id)
+        trace.finish_reason = reason
+        done.set_result(trace)
 
     async def abort(self, request_ids: list[str]) -> None:
         self.aborted.update(request_ids)
+        for request_id in request_ids:
+            if request_id in self.running:
+                self.finish(request_id, "abort")
 
     def generated(self) -> int:
         return sum(len(t.tokens) for t in self.traces)
@@ -166,12 +183,11 @@ def test_the_long_slot_deadline_acts_on_the_token_clock_whatever_the_engine_spee
     for result in (fast_result, slow_result):
         assert [s.index for s in result.samples] == [0, 1, 4]
         assert result.finish_reasons == ["stop", "stop", "abort", "abort", "stop", "abort"]
-    # the doomed samples are stopped at the first look past the deadline: within one clock period (4) of it, and at
-    # the same lengths on an engine eight times slower (a 0.5 s wall-clock tick would let the fast one run to 200)
+    # the doomed samples are stopped at the first look past the deadline (18): the look at 20 tokens (k = 4), on an
+    # engine eight times slower too (a 0.5 s wall-clock tick would let the fast one run to 200)
     doomed = [2, 3, 5]
-    fast_lengths = [fast_result.all_lengths[i] for i in doomed]
-    assert all(18 <= n <= 18 + 4 + 1 for n in fast_lengths), fast_lengths
-    assert [slow_result.all_lengths[i] for i in doomed] == fast_lengths
+    assert [fast_result.all_lengths[i] for i in doomed] == [20, 20, 20]
+    assert [slow_result.all_lengths[i] for i in doomed] == [20, 20, 20]
     assert fast.streamed == [True] * 6
 
 
