@@ -17,7 +17,7 @@ from rl.shaping.scorers import ExternalScorer
 class FakeEngine:
     """Steps like vLLM's engine: every ``step_s`` one step appends a token to each running sample, all at once, so
     the samples never drift apart however late the event loop runs. Sample ``i`` emits ``i`` as its tokens and stops
-    at ``lengths[i]``; an abort ends a request at once."""
+    at ``lengths[i]`` (``script``); an abort ends a request at once, one made before it starts too."""
 
     version = 0
 
@@ -27,18 +27,23 @@ class FakeEngine:
         self.aborted: set[str] = set()
         self.traces: list[RequestTrace] = []
         self.streamed: list[bool] = []  # each request's ``stream`` argument
-        self.running: dict[str, tuple[RequestTrace, OnOutput | None, asyncio.Future]] = {}
+        self.running: dict[str, tuple[RequestTrace, list[int], OnOutput | None, asyncio.Future]] = {}
         self.stepper: asyncio.Task | None = None
 
-    def length(self, trace: RequestTrace) -> int:
-        """How many tokens request ``trace`` streams unless aborted."""
-        return self.lengths[int(trace.request_id.rsplit("-", 1)[1])]
+    def script(self, trace: RequestTrace) -> list[int]:
+        """The ids request ``trace`` streams unless aborted."""
+        index = int(trace.request_id.rsplit("-", 1)[1])
+        return [index] * self.lengths[index]
 
     async def generate(self, trace: RequestTrace, prompt_tokens, sampling, priority=0, on_output=None) -> RequestTrace:
         self.traces.append(trace)
         self.streamed.append(on_output is not None)
+        script = self.script(trace)
+        if trace.request_id in self.aborted or not script:
+            trace.finish_reason = "abort" if trace.request_id in self.aborted else "stop"
+            return trace
         done = asyncio.get_running_loop().create_future()
-        self.running[trace.request_id] = (trace, on_output, done)
+        self.running[trace.request_id] = (trace, script, on_output, done)
         if self.stepper is None or self.stepper.done():
             self.stepper = asyncio.create_task(self.step_all())
         return await done
@@ -46,16 +51,16 @@ class FakeEngine:
     async def step_all(self) -> None:
         while self.running:
             await asyncio.sleep(self.step_s)
-            for request_id, (trace, on_output, _) in list(self.running.items()):
-                trace.tokens.append(int(request_id.rsplit("-", 1)[1]))
+            for request_id, (trace, script, on_output, _) in list(self.running.items()):
+                trace.tokens.append(script[len(trace.tokens)])
                 trace.logprobs.append(-1.0)
                 if on_output is not None:
                     on_output(trace)
-                if len(trace.tokens) == self.length(trace):
+                if len(trace.tokens) == len(script):
                     self.finish(request_id, "stop")
 
     def finish(self, request_id: str, reason: str) -> None:
-        trace, _, done = self.running.pop(request_id)
+        trace, _, _, done = self.running.pop(request_id)
         trace.finish_reason = reason
         done.set_result(trace)
 
@@ -77,12 +82,14 @@ BAD = {0, 1}  # samples the fake scorer rates low
 
 
 class SlowScorer:
-    """Scores texts by sample (``BAD`` ones -5, the rest -0.5) after ``delay_s``; records calls and progress."""
+    """Scores texts by sample (``BAD`` ones -5, the rest -0.5) after ``delay_s``; records calls, the answered ones
+    and progress."""
 
     def __init__(self, engine: FakeEngine, delay_s: float = 0.03) -> None:
         self.engine = engine
         self.delay_s = delay_s
         self.calls: list[list[str]] = []
+        self.answered: list[list[str]] = []  # calls that returned (one pending when its group ends is cancelled)
         self.generated_during: list[int] = []
 
     async def __call__(self, texts: list[str]) -> list[float]:
@@ -90,6 +97,7 @@ class SlowScorer:
         before = self.engine.generated()
         await asyncio.sleep(self.delay_s)
         self.generated_during.append(self.engine.generated() - before)
+        self.answered.append(texts)
         return [-5.0 if int(t.split(":")[0]) in BAD else -0.5 for t in texts]
 
 
@@ -112,7 +120,7 @@ def test_running_samples_are_scored_in_batches_and_pruned_without_stalling_gener
     assert len(scorer.calls[0]) == 6
     # the first completion is scored alone, before the controller sets phase 2's threshold from it
     assert ["2:20"] in scorer.calls
-    assert result.scored == sum(len(c) for c in scorer.calls) and result.score_failures == 0
+    assert result.scored == sum(len(c) for c in scorer.answered) and result.score_failures == 0
     # every scoring call was awaited while the engine kept generating
     assert all(n > 0 for n in scorer.generated_during)
     assert engine.streamed == [True] * 6  # the ticks read running samples: every request streams its tokens
