@@ -8,6 +8,7 @@ import asyncio
 import inspect
 import logging
 import random
+import signal
 from typing import Any
 
 from ray.exceptions import RayActorError
@@ -190,6 +191,23 @@ def test_groups_in_flight_at_the_end_stay_open_instead_of_failing(tmp_path, capl
     # they were cancelled with the run, not scored later against the closed reward pool as failed groups
     assert driver.counters.rollout_errors == 0, [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert summary["groups_unaccounted"] == 0
+
+
+def test_after_a_run_sigterm_reaches_the_commands_own_handler_again(tmp_path):
+    """During a run SIGTERM asks for a checkpoint and a clean stop; after it, a command that goes on (a bench's next
+    phase, TRL's process) must still unwind on SIGTERM, not die at once with its children orphaned."""
+
+    def commands_handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    cfg = small_run(tmp_path, "fleet", "train.max_steps=2", "train.max_staleness=1")
+    before = signal.signal(signal.SIGTERM, commands_handler)
+    try:
+        asyncio.run(Driver(cfg, start_actors=in_process_fleet([FakeRolloutWorker(0)], [], FakeTrainer())).run())
+        assert signal.getsignal(signal.SIGTERM) is commands_handler
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_engines_and_trainers_share_the_gpus_when_there_are_fewer_gpus_than_actors():

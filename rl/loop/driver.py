@@ -90,6 +90,7 @@ class Driver:
         import ray
 
         cfg = self.cfg
+        commands_handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}  # before ray.init's
         owns_ray, start_actors = False, self.start_actors
         if start_actors is None:
             owns_ray, start_actors = start_ray(cfg), start_fleet
@@ -154,13 +155,16 @@ class Driver:
             self.logger.log(self.version, summary_scalars(summary), kind="summary")
             return summary
         finally:
-            for signum in STOP_SIGNALS:
-                loop.remove_signal_handler(signum)
-            self.logger.close()
-            self.rewards.close()
-            await self.fleet.shutdown()
-            if owns_ray:
-                ray.shutdown()
+            try:
+                self.logger.close()
+                self.rewards.close()
+                await self.fleet.shutdown()
+                if owns_ray:
+                    ray.shutdown()
+            finally:  # the command's handlers again, not the SIG_DFL the loop leaves: a command that goes on after
+                for signum, handler in commands_handlers.items():  # this run (a bench) still unwinds on SIGTERM
+                    loop.remove_signal_handler(signum)
+                    signal.signal(signum, handler)
 
     async def continuous_rollouts(self) -> None:
         """Plan prompts a batch at a time; start each group as soon as admission allows. When this ends (the run
