@@ -11,6 +11,7 @@ import random
 import signal
 from typing import Any
 
+import pytest
 from ray.exceptions import RayActorError
 from rl.rollout.group_runner import GroupResult
 from small_runs import small_run
@@ -202,10 +203,17 @@ def test_after_a_run_sigterm_reaches_the_commands_own_handler_again(tmp_path):
 
     cfg = small_run(tmp_path, "fleet", "train.max_steps=2", "train.max_staleness=1")
     before = signal.signal(signal.SIGTERM, commands_handler)
+
+    def no_actors(cfg, model_dir, counters):
+        raise RuntimeError("no engine")
+
     try:
         asyncio.run(Driver(cfg, start_actors=in_process_fleet([FakeRolloutWorker(0)], [], FakeTrainer())).run())
         assert signal.getsignal(signal.SIGTERM) is commands_handler
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(RuntimeError, match="no engine"):  # a run that fails while starting gives them back too
+            asyncio.run(Driver(cfg, start_actors=no_actors).run())
+        assert signal.getsignal(signal.SIGTERM) is commands_handler
     finally:
         signal.signal(signal.SIGTERM, before)
 

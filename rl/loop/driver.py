@@ -86,11 +86,21 @@ class Driver:
         self.accuracy_before = saved.get("accuracy_before", math.nan)
 
     async def run(self) -> dict[str, Any]:
-        """Start everything, train ``max_steps`` steps, save, shut down; returns the run summary."""
+        """Start everything, train ``max_steps`` steps, save, shut down; returns the run summary. SIGTERM and SIGINT
+        stop the run meanwhile (``request_stop``); after it, however it ended, they reach the command's own handlers
+        again, not the SIG_DFL the event loop leaves: a command that goes on (a bench) still unwinds on SIGTERM."""
+        commands_handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}  # before ray.init's
+        try:
+            return await self._run()
+        finally:
+            for signum, handler in commands_handlers.items():
+                asyncio.get_running_loop().remove_signal_handler(signum)
+                signal.signal(signum, handler)
+
+    async def _run(self) -> dict[str, Any]:
         import ray
 
         cfg = self.cfg
-        commands_handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}  # before ray.init's
         owns_ray, start_actors = False, self.start_actors
         if start_actors is None:
             owns_ray, start_actors = start_ray(cfg), start_fleet
@@ -155,16 +165,11 @@ class Driver:
             self.logger.log(self.version, summary_scalars(summary), kind="summary")
             return summary
         finally:
-            try:
-                self.logger.close()
-                self.rewards.close()
-                await self.fleet.shutdown()
-                if owns_ray:
-                    ray.shutdown()
-            finally:  # the command's handlers again, not the SIG_DFL the loop leaves: a command that goes on after
-                for signum, handler in commands_handlers.items():  # this run (a bench) still unwinds on SIGTERM
-                    loop.remove_signal_handler(signum)
-                    signal.signal(signum, handler)
+            self.logger.close()
+            self.rewards.close()
+            await self.fleet.shutdown()
+            if owns_ray:
+                ray.shutdown()
 
     async def continuous_rollouts(self) -> None:
         """Plan prompts a batch at a time; start each group as soon as admission allows. When this ends (the run
