@@ -4,6 +4,7 @@ import asyncio
 import logging
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -164,6 +165,19 @@ def test_worker_death_counts_as_raised_and_recovers(pool: RewardPool, caplog: py
     assert result.failures["raised"] == 1 and result.rewards == [3.0 + HEALTHY - 10.0]
     assert "exit code 3" in caplog.text
     assert _score(pool, ["abc"], ["ok"]).rewards == [3.0 + HEALTHY]
+
+
+def test_ctrl_c_leaves_the_workers_to_the_run(pool: RewardPool) -> None:
+    """Ctrl-C signals the terminal's whole process group: the workers ignore it (the run stops them itself)."""
+    assert _no_failures(_score(pool, ["abc"], ["ok"]))
+    workers = [slot.process for slot in pool._slots]
+    for worker in workers:
+        os.kill(worker.pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert all(worker.is_alive() for worker in workers)
+    result = _score(pool, ["abc", "de"], ["ok", "ok"])
+    assert _no_failures(result) and result.rewards == [3.0 + HEALTHY, 2.0 + HEALTHY]
+    assert [slot.process.pid for slot in pool._slots] == [worker.pid for worker in workers]
 
 
 def test_drop_policy(drop_pool: RewardPool) -> None:

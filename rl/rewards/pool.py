@@ -23,6 +23,7 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
+import signal
 import threading
 import traceback
 from collections import Counter
@@ -129,7 +130,9 @@ async def _await(awaitable: Awaitable) -> Any:
 
 
 def _worker_main(conn: Connection, specs: list[RewardSpec], base_dir: str) -> None:
-    """Worker process: load the functions, answer ``("ready", None)``, then serve calls until ``None``/EOF."""
+    """Worker process: load the functions, answer ``("ready", None)``, then serve calls until ``None``/EOF. Ctrl-C
+    reaches the terminal's whole process group; the run decides what it means and stops this worker itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = mp.parent_process()
     if parent is not None:  # exit if the parent dies, even while a reward function hangs
         threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
