@@ -26,7 +26,9 @@ def recipe_path(name: str) -> Path:
     bundled = RECIPES_DIR / (name if name.endswith(".yaml") else f"{name}.yaml")
     if bundled.exists():
         return bundled
-    raise FileNotFoundError(f"recipe {name!r} not found (looked at {path} and {bundled})")
+    looked = str(path) if bundled == path else f"{path} and {bundled}"
+    names = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
+    raise FileNotFoundError(f"recipe {name!r} not found (looked at {looked}); bundled recipes: {names}")
 
 
 def checked_config(

@@ -65,6 +65,16 @@ def preflight(cfg: RunConfig) -> RunInputs:
             f"data.source {cfg.data.source!r}: {len(train)} usable training rows, fewer than train.batch_groups "
             f"({cfg.train.batch_groups}); add rows or lower train.batch_groups"
         )
+    if not test:
+        fix = (
+            "raise data.arith.num_test"
+            if cfg.data.source == "arith"
+            else "give data.test_source, or raise data.test_fraction"
+        )
+        raise BadInput(
+            f"data.source {cfg.data.source!r}: no held-out rows, and a run measures held-out accuracy before and "
+            f"after training; {fix}"
+        )
     for index, reward in enumerate(cfg.reward.functions):
         if reward.model is not None:
             check_reward_model(reward, index)
