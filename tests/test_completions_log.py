@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from rl.output.completions import completion_rows, table
 from rl.output.metrics import MetricsLogger, summarize_groups
 from rl.types import Group, PromptRow, RewardLog, Sample
@@ -36,6 +38,27 @@ def test_log_metric_values_are_averaged_per_step_under_a_reward_prefix():
     assert metrics["reward/length"] == 20.0  # (10 + 20 + 30) / 3: every value logged while scoring the step
     assert metrics["reward/seen"] == 2.0
     assert not any(k.startswith("reward/") for k in summarize_groups([_group("c", [1.0, 0.0], {})], 0))
+
+
+def test_training_accuracy_is_the_first_reward_above_zero_and_each_function_is_logged_as_trl_does():
+    group = _group("a", [1.5, 0.5, 0.5, 0.0], {})
+    group.reward_log.functions = {
+        "arith_exact": [1.0, 0.0, None, 0.0],  # the accuracy reward: one sample right
+        "my/rewards.py:partial": [0.5, 0.5, 0.5, 0.0],  # partial credit lifts three summed rewards above 0
+    }
+    metrics = summarize_groups([group], trainer_version=0)
+    assert metrics["accuracy"] == 0.25
+    assert metrics["rewards/arith_exact/mean"] == pytest.approx(1 / 3)  # the None is no value, not a zero
+    assert metrics["rewards/partial/mean"] == pytest.approx(0.375)
+    assert metrics["rewards/partial/std"] == pytest.approx(0.2165, abs=1e-4)
+    twin = _group("b", [1.0], {})
+    twin.reward_log.functions = {"a.py:r": [1.0], "b.py:r": [0.0]}  # one name, two functions: the whole specs
+    assert {k for k in summarize_groups([twin], 0) if k.startswith("rewards/")} == {
+        "rewards/a.py:r/mean",
+        "rewards/a.py:r/std",
+        "rewards/b.py:r/mean",
+        "rewards/b.py:r/std",
+    }
 
 
 def test_a_step_writes_its_first_completions_group_by_group():

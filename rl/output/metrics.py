@@ -36,6 +36,13 @@ def percentiles(values: list[float], prefix: str) -> dict[str, float]:
     }
 
 
+def correct(group: Group) -> list[bool]:
+    """Each sample's correctness by the held-out rule: its first reward function's value > 0 (the summed reward
+    where the group carries no per-function values)."""
+    values = next(iter(group.reward_log.functions.values()), None)
+    return [v is not None and v > 0 for v in (values if values is not None else [s.reward for s in group.samples])]
+
+
 def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, float]:
     """Reward, accuracy, lengths, waste and staleness over one training batch; each name reward functions gave
     ``log_metric`` as ``reward/NAME``, the mean of its values over the batch's scoring calls."""
@@ -49,7 +56,7 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
         "groups_all_equal": float(sum(len({s.reward for s in g.samples}) == 1 for g in groups)),  # no signal
         "reward_mean": float(np.mean(rewards)),
         "reward_std": float(np.std(rewards)),
-        "accuracy": float(np.mean([r > 0 for r in rewards])),
+        "accuracy": float(np.mean([c for g in groups for c in correct(g)])),
         "truncated_frac": float(np.mean([s.truncated for s in samples])),
         "generated_tokens": float(generated),
         "kept_tokens": float(kept),
@@ -75,6 +82,23 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
         for name, values in group.reward_log.metrics.items():
             logged.setdefault(name, []).extend(values)
     out.update({f"reward/{name}": float(np.mean(values)) for name, values in sorted(logged.items())})
+    return out | per_function_rewards(groups)
+
+
+def per_function_rewards(groups: list[Group]) -> dict[str, float]:
+    """TRL's ``rewards/NAME/mean`` and ``rewards/NAME/std`` over the batch's scored samples, NAME the function's own
+    name (``file.py:fn`` gives ``fn``; the whole spec where two functions share a name)."""
+    values: dict[str, list[float]] = {}
+    for group in groups:
+        for spec, scored in group.reward_log.functions.items():
+            values.setdefault(spec, []).extend(v for v in scored if v is not None)
+    short = {spec: re.split(r"[:/]", spec)[-1] for spec in values}
+    names = {spec: name if list(short.values()).count(name) == 1 else spec for spec, name in short.items()}
+    out = {}
+    for spec, scored in values.items():
+        if scored:
+            out[f"rewards/{names[spec]}/mean"] = float(np.mean(scored))
+            out[f"rewards/{names[spec]}/std"] = float(np.std(scored))
     return out
 
 
