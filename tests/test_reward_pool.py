@@ -151,6 +151,20 @@ def test_nan_and_inf_values(pool: RewardPool) -> None:
     assert result.failures["nan"] == 2
     assert result.rewards == [1.0 + HEALTHY - 10.0, 1.0 + HEALTHY - 10.0, 1.0 + HEALTHY]
     assert result.per_function["user_rewards.py:nan"] == [None, None, 1.0]
+    assert "user_rewards.py:nan" not in result.errors  # some finite values: the call answered
+
+
+def test_a_call_with_no_finite_value_failed_and_repeats_stay_off_the_console(
+    pool: RewardPool, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="rl.rewards"):
+        results = [_score(pool, ["a", "b"], ["nan", "inf"]) for _ in range(3)]
+    assert all(r.errors["user_rewards.py:nan"] == "nan: no finite value for 2 completions" for r in results)
+    said = [r for r in caplog.records if "user_rewards.py:nan" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG] or all(
+        r.levelno == logging.DEBUG
+        for r in said  # an earlier test of the shared pool gave the first warning
+    )
 
 
 def test_none_is_no_reward_not_failure(pool: RewardPool) -> None:

@@ -58,7 +58,8 @@ class RewardResult:
     ``timeout`` and ``wrong_length`` count failed function calls, ``nan`` counts non-finite values and
     ``none`` counts samples that no function scored.
     ``per_function`` maps each spec to its valid values (``None`` where it gave none or failed).
-    ``errors`` maps each spec whose call failed (raised, timed out, wrong length) to the error's last line.
+    ``errors`` maps each spec whose call failed (raised, timed out, wrong length) or gave no finite value to the
+    error's last line.
     ``metrics`` holds every ``log_metric`` value by name; ``extra`` the ``log_extra`` columns, each one value per
     sample (a column of another length is left out, with a warning).
     """
@@ -420,10 +421,9 @@ class RewardPool:
                 kind, payload = "wrong_length", f"returned {len(payload)} values for {n} completions"
             if kind != "ok":
                 failures[kind] += 1
-                errors[name] = f"{kind}: {str(payload).strip().splitlines()[-1]}"
-                first = (name, kind) not in self._explained  # the whole traceback once, then its last line
-                self._explained.add((name, kind))
-                logger.warning("reward %s failed (%s): %s", name, kind, payload if first else errors[name])
+                last_line = str(payload).strip().splitlines()[-1]
+                errors[name] = f"{kind}: {last_line}"
+                self._explain(name, kind, f"failed ({kind}): {payload}", f"failed ({kind}): {last_line}")
                 per_function[name] = [None] * n
                 failed = [True] * n
                 continue
@@ -438,8 +438,12 @@ class RewardPool:
                     scored[i] = True
                 values.append(v)
             per_function[name] = values
-        if failures["nan"]:
-            logger.warning("rewards: %d non-finite values replaced by the fallback", failures["nan"])
+            nans = sum(v is not None and not math.isfinite(v) for v in payload)
+            if nans:
+                if nans == n:  # a call that gives no finite value has failed, as one that raises has
+                    errors[name] = f"nan: no finite value for {n} completions"
+                what = f"returned {nans} non-finite values of {n}, replaced by the fallback"
+                self._explain(name, "nan", what, what)
         for i in range(n):
             if not scored[i] and not failed[i]:
                 failures["none"] += 1
@@ -448,6 +452,13 @@ class RewardPool:
         rewards: list[float | None] = [None if drop and failed[i] else total[i] for i in range(n)]
         counts = {kind: failures[kind] for kind in FAILURE_KINDS}
         return RewardResult(rewards, counts, per_function, errors, metrics, extra)
+
+    def _explain(self, name: str, kind: str, detail: str, line: str) -> None:
+        """Log a failure of reward ``name``: the first of each ``kind`` as a warning with ``detail`` (a traceback,
+        say), the later ones at debug level with ``line``; the failure counts keep every one."""
+        first = (name, kind) not in self._explained
+        self._explained.add((name, kind))
+        logger.log(logging.WARNING if first else logging.DEBUG, "reward %s %s", name, detail if first else line)
 
     def _columns_of_length(self, columns: dict[str, list], n: int) -> dict[str, list]:
         """The ``log_extra`` columns with one value per sample; a column of another length warned about once."""
