@@ -11,6 +11,7 @@ from rl.config import load_config
 from rl.data.arith import make_split
 from rl.evaluation.held_out import ProblemRecord, k_values, pass_at_k, summarize
 from rl.evaluation.offline import EvalSettings, recipe_for_dataset, resolve_eval_model, run_eval
+from rl.output.console import eval_line
 from rl.rewards.math import arith_exact, arith_steps
 
 
@@ -66,6 +67,14 @@ def test_summarize_by_hand():
     assert math.isclose(m["truncated_frac"], 1 / 12)
     assert m["response_len_mean"] == pytest.approx(130 / 12)
     assert m["response_len_max"] == 40 and m["num_problems"] == 3 and m["samples_per_problem"] == 4
+    assert m["unscored_frac"] == 0.0 and "no value" not in eval_line("after", 3, m)
+    records[1].unscored = 3  # the accuracy reward failed, or gave None, for 3 of b's 4 samples
+    m = summarize(records)
+    assert m["unscored_frac"] == 0.25
+    assert eval_line("after", 3, m) == (
+        "[eval after] step 3: held-out accuracy 0.333 (3 problems; the accuracy reward gave no value for 25% of "
+        "samples)"
+    )
 
 
 def test_resolve_eval_model(tmp_path, tiny_model_dir):

@@ -41,6 +41,7 @@ class ProblemRecord:
     lengths: list[int]
     finish_reasons: list[str]
     first_text: str  # the first sample's response, for reading
+    unscored: int = 0  # samples the accuracy reward gave no value (it failed, or returned None): counted wrong
 
     @property
     def num_correct(self) -> int:
@@ -121,6 +122,7 @@ async def sample_and_score(
                 lengths=result.lengths(group),
                 finish_reasons=[s.finish_reason for s in group],
                 first_text=group[0].text if group else "",
+                unscored=sum(v is None for v in primary[start:end]),
             )
         )
         start = end
@@ -139,6 +141,7 @@ def summarize(records: list[ProblemRecord]) -> dict[str, float]:
         **{f"pass@{k}": float(v) for k, v in pass_k.items()},
         "reward_mean": float(np.mean([v for r in records for v in r.rewards])),
         "truncated_frac": float(np.mean([f == "length" for r in records for f in r.finish_reasons])),
+        "unscored_frac": float(sum(r.unscored for r in records) / sum(len(r.correct) for r in records)),
         "num_problems": float(len(records)),
         "samples_per_problem": float(n),
         "response_len_mean": float(np.mean(lengths)),

@@ -225,10 +225,13 @@ def step_postfix(metrics: dict[str, float]) -> str:
 
 
 def eval_line(tag: str, step: int, metrics: dict[str, float]) -> str:
-    """A held-out evaluation's line: its tag, the trainer's step, the accuracy and how many problems."""
+    """A held-out evaluation's line: its tag, the trainer's step, the accuracy and how many problems, and the share
+    of samples the accuracy reward gave no value (counted wrong), if any."""
+    unscored = metrics.get("unscored_frac", 0.0)
+    caveat = f"; the accuracy reward gave no value for {unscored:.0%} of samples" if unscored else ""
     return (
         f"[eval {tag}] step {step}: held-out accuracy {metrics['accuracy']:.3f} "
-        f"({int(metrics['num_problems'])} problems)"
+        f"({int(metrics['num_problems'])} problems{caveat})"
     )
 
 
