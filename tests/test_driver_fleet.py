@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import random
 import signal
+import time
 from typing import Any
 
 import pytest
@@ -216,6 +218,55 @@ def test_after_a_run_sigterm_reaches_the_commands_own_handler_again(tmp_path):
         assert signal.getsignal(signal.SIGTERM) is commands_handler
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+class StartingWorker(FakeRolloutWorker):
+    """An engine that takes its time to start: a stop signal comes meanwhile (``signum``, sent to this process), and
+    its shutdown call, as Ray's behind a constructor, waits until it is up (never, here)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(0)
+        self.signum = signum
+
+    async def stats(self) -> dict[str, float]:
+        os.kill(os.getpid(), self.signum)
+        await asyncio.sleep(0.05)
+        return {"startup_s": 0.05}
+
+    async def shutdown(self) -> None:
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize(
+    ("signum", "command_ignores_it", "stops"),
+    [(signal.SIGINT, False, True), (signal.SIGHUP, False, True), (signal.SIGHUP, True, False)],
+    ids=["ctrl_c", "terminal_closed", "terminal_closed_under_nohup"],
+)
+def test_a_stop_signal_while_starting_ends_the_run_before_training(
+    tmp_path, monkeypatch, caplog, signum, command_ignores_it, stops
+):
+    """Ctrl-C or a closed terminal while the engines start: no evaluation, no step, the engines given a bounded
+    wait, a summary that says so. Under nohup (SIGHUP ignored) the run goes on and stays deaf to it."""
+    monkeypatch.setattr("rl.loop.driver.SHUTDOWN_WAIT_S", 0.2)
+    cfg = small_run(tmp_path, "fleet", "train.max_steps=2", "train.max_staleness=1")
+    worker, trainer = StartingWorker(signum), FakeTrainer()
+    before = signal.signal(signum, signal.SIG_IGN if command_ignores_it else signal.getsignal(signum))
+    try:
+        if not stops:
+            worker.shutdown = FakeRolloutWorker.shutdown.__get__(worker)  # a run that ends normally shuts down
+        started = time.monotonic()
+        summary = asyncio.run(Driver(cfg, start_actors=in_process_fleet([worker], [], trainer)).run())
+        assert signal.getsignal(signum) is (signal.SIG_IGN if command_ignores_it else before)
+    finally:
+        signal.signal(signum, before)
+    if not stops:
+        assert summary["stopped_by"] is None and summary["steps"] == 2 and trainer.version == 2
+        return
+    assert summary["stopped_by"] == signal.Signals(signum).name
+    assert summary["steps"] == 0 and trainer.version == 0 and worker.groups == 0  # not even the evaluation before
+    assert summary["checkpoint"] is None and summary["groups_unaccounted"] == 0
+    assert time.monotonic() - started < 5
+    assert "did not shut down within" in caplog.text
 
 
 def test_engines_and_trainers_share_the_gpus_when_there_are_fewer_gpus_than_actors():

@@ -36,7 +36,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ValueError(f"--resume continues the run's saved config; {args.recipe!r} is not key=value")
         return resume_config(args.resume, [*([args.recipe] if args.recipe else []), *args.overrides])
 
-    built = checked_config(build)
+    built = checked_config(build, "invalid config" if args.resume is None else "cannot resume")
     if built is None:
         return 2
     cfg, resume = built
@@ -60,13 +60,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     except RunFailed as e:
         print(f"run stopped: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # a second stop signal: stopped at once, its actors ended
+        print(f"stopped at once on a second signal; {_continue_from(cfg.run_dir)}", file=sys.stderr)
+        return 128 + (driver.stop_signal or signal.SIGINT)
     from rl.output.console import run_summary
 
     print(run_summary(summary, cfg.run_dir))
     if summary["stopped_by"]:
-        print(f"stopped at step {summary['steps']}; continue with: rl train --resume {cfg.run_dir}")
+        print(f"stopped at step {summary['steps']}; {_continue_from(cfg.run_dir)}")
         return 128 + signal.Signals[summary["stopped_by"]]
     return 0
+
+
+def _continue_from(run_dir: Path) -> str:
+    """What to run after a stop: a resume from the run's last complete checkpoint, or the command again."""
+    from rl.loop.checkpoint import complete_checkpoints
+
+    if not complete_checkpoints(run_dir):
+        return "no checkpoint was written, so a run of the same command starts afresh"
+    return f"continue with: rl train --resume {run_dir}"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -246,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         # variant's own override, found when that variant starts)
         print(f"bad input: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C where no stop handler is in place (checks, a bench between runs)
+        print("interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 def start_logging(verbose: bool) -> None:

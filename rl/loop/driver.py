@@ -42,7 +42,9 @@ from rl.types import PromptRow
 
 log = logging.getLogger("rl.driver")
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # the first: a checkpoint at the step boundary, then a clean stop
+# the first: a checkpoint at the step boundary, then a clean stop; SIGHUP (the terminal closed) unless ignored (nohup)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+SHUTDOWN_WAIT_S = 5.0  # how long a run stopped while starting waits for its engines to shut down, then ends them
 
 
 class RunFailed(Exception):
@@ -81,12 +83,13 @@ class Driver:
         self.counters = RunCounters(**saved.get("counters", {}))
         self.failure: str | None = None  # why the run stopped on an error, if it did
         self.stopping = asyncio.Event()
-        self.stop_signal: int | None = None  # SIGTERM/SIGINT asked for a checkpoint, then a clean stop
+        self.stop_signal: int | None = None  # a stop signal asked for a checkpoint, then a clean stop
+        self.starting: asyncio.Task | None = None  # engines starting, the evaluation before training: a stop ends it
         self.version = saved.get("version", 0)
         self.accuracy_before = saved.get("accuracy_before", math.nan)
 
     async def run(self) -> dict[str, Any]:
-        """Start everything, train ``max_steps`` steps, save, shut down; returns the run summary. SIGTERM and SIGINT
+        """Start everything, train ``max_steps`` steps, save, shut down; returns the run summary. The stop signals
         stop the run meanwhile (``request_stop``); after it, however it ended, they reach the command's own handlers
         again, not the SIG_DFL the event loop leaves: a command that goes on (a bench) still unwinds on SIGTERM."""
         commands_handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}  # before ray.init's
@@ -102,12 +105,11 @@ class Driver:
 
         cfg = self.cfg
         owns_ray, start_actors = False, self.start_actors
+        self._take_stop_signals()
         if start_actors is None:
             owns_ray, start_actors = start_ray(cfg), start_fleet
             link_ray_logs(cfg.run_dir / "logs")
-        loop = asyncio.get_running_loop()
-        for signum in STOP_SIGNALS:  # after ray.init, whose own SIGTERM handler would abort the process
-            loop.add_signal_handler(signum, self.request_stop, signum)
+            self._take_stop_signals()  # again: ray.init sets a SIGTERM handler of its own, which exits at once
         if cfg.weight_sync.transport != "cpu" and not ray.cluster_resources().get("GPU"):
             if owns_ray:
                 ray.shutdown()
@@ -125,18 +127,13 @@ class Driver:
         config = cfg.model_dump(mode="json")
         self.logger = MetricsLogger(cfg.run_dir, resume_step=resume_step, wandb=cfg.logging.wandb, config=config)
         try:
-            await self.fleet.channel.start()
-            if self.start_actors is None:  # a fleet of real actors: say where each runs
-                await placement.log_where(self.fleet.trainers, self.fleet.rollout.started)
-            t0 = time.monotonic()
-            stats = await asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])
-            log.info("rollout engines up in %.1f s", max(s["startup_s"] for s in stats))
-            if self.fleet.scorer:
-                log.info("scorer worker up in %.1f s", (await self.fleet.scorer.stats.remote())["startup_s"])
-            if self.resume:
-                await self._restore()
-            else:
-                self.accuracy_before = (await self._evaluate("before"))["accuracy"]
+            self.starting = asyncio.create_task(self._start_up())
+            try:
+                t0, startup_s = await self.starting
+            except asyncio.CancelledError:
+                if self.stop_signal is None:
+                    raise
+                return self._stopped_while_starting()
             rollouts = asyncio.create_task(self.continuous_rollouts())
             await self.continuous_training()
             self.stopping.set()
@@ -159,7 +156,7 @@ class Driver:
                 steps=self.version,
                 stopped_by=signal.Signals(self.stop_signal).name if self.stop_signal else None,
                 checkpoint=str(saved[-1]) if cfg.train.save_checkpoint and saved else None,
-                engine_startup_s=max(s["startup_s"] for s in stats),
+                engine_startup_s=startup_s,
                 buffer=await self.fleet.buffer.stats.remote(),
             )
             self.logger.log(self.version, summary_scalars(summary), kind="summary")
@@ -167,9 +164,51 @@ class Driver:
         finally:
             self.logger.close()
             self.rewards.close()
-            await self.fleet.shutdown()
+            stopped_while_starting = self.starting is not None and self.starting.cancelled()
+            await self.fleet.shutdown(SHUTDOWN_WAIT_S if stopped_while_starting else None)
             if owns_ray:
                 ray.shutdown()
+
+    def _take_stop_signals(self) -> None:
+        """Route the stop signals to ``request_stop`` (SIGHUP only where the command did not ignore it: nohup)."""
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            if signum != signal.SIGHUP or signal.getsignal(signum) is not signal.SIG_IGN:
+                loop.add_signal_handler(signum, self.request_stop, signum)
+
+    async def _start_up(self) -> tuple[float, float]:
+        """Wait for the actors, then restore the checkpoint or evaluate before training; returns the training clock's
+        start and the engines' start-up seconds."""
+        await self.fleet.channel.start()
+        if self.start_actors is None:  # a fleet of real actors: say where each runs
+            await placement.log_where(self.fleet.trainers, self.fleet.rollout.started)
+        t0 = time.monotonic()
+        stats = await asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])
+        startup_s = max(s["startup_s"] for s in stats)
+        log.info("rollout engines up in %.1f s", startup_s)
+        if self.fleet.scorer:
+            log.info("scorer worker up in %.1f s", (await self.fleet.scorer.stats.remote())["startup_s"])
+        if self.resume:
+            await self._restore()
+        else:
+            self.accuracy_before = (await self._evaluate("before"))["accuracy"]
+        return t0, startup_s
+
+    def _stopped_while_starting(self) -> dict[str, Any]:
+        """The summary of a run a stop signal ended before its first step: nothing trained, nothing saved."""
+        saved = checkpoint.complete_checkpoints(self.cfg.run_dir) if self.resume else []
+        return summarize_run(
+            self.counters,
+            len(self.unfinished),
+            accuracy_before=self.accuracy_before,
+            accuracy_after=math.nan,
+            train_seconds=0.0,
+            steps=self.version,
+            stopped_by=signal.Signals(self.stop_signal or signal.SIGTERM).name,
+            checkpoint=str(saved[-1]) if saved else None,
+            engine_startup_s=math.nan,
+            buffer={},
+        )
 
     async def continuous_rollouts(self) -> None:
         """Plan prompts a batch at a time; start each group as soon as admission allows. When this ends (the run
@@ -302,12 +341,17 @@ class Driver:
         bar.close()
 
     def request_stop(self, signum: int) -> None:
-        """A signal handler: the first SIGTERM/SIGINT stops the run at the next step boundary with a checkpoint;
-        a second one stops it now (``finally`` blocks still shut everything down)."""
+        """A signal handler: the first stop signal ends the start-up at once, or the run at the next step boundary
+        with a checkpoint; a second one stops it now (``finally`` blocks still shut everything down)."""
         if self.stop_signal is not None:
             raise KeyboardInterrupt
         self.stop_signal = signum
         name = signal.Signals(signum).name
+        if self.starting is None or not self.starting.done():
+            log.warning("%s: stopping before training starts", name)
+            if self.starting is not None:
+                self.starting.cancel()
+            return
         log.warning("%s: stopping after this step with a checkpoint (send it again to stop now)", name)
 
     async def _checkpoint(self) -> Path:

@@ -104,11 +104,16 @@ class RolloutPool:
             if self.exhausted:
                 on_exhausted()
 
-    async def shutdown(self) -> None:
-        """Stop replacements still starting, then every engine ever started (a dead one's call just fails)."""
+    async def shutdown(self, wait_s: float | None = None) -> None:
+        """Stop replacements still starting, then every engine ever started (a dead one's call just fails); with
+        ``wait_s``, wait that long at most (an engine still starting answers only once it is up)."""
         for task in self._replacements:
             task.cancel()
-        await asyncio.gather(*[w.shutdown.remote() for w in self.started], return_exceptions=True)
+        calls = asyncio.gather(*[w.shutdown.remote() for w in self.started], return_exceptions=True)
+        try:
+            await asyncio.wait_for(calls, wait_s)
+        except TimeoutError:
+            log.warning("engines did not shut down within %.0f s; ending their processes", wait_s)
 
 
 def _ray_kill(actor: Any) -> None:
@@ -128,8 +133,8 @@ class Fleet:
     scorer: Any | None = None  # SART's scorer worker, when its scorer is a model
     kill: Callable[[Any], None] = _ray_kill  # ends an actor's process
 
-    async def shutdown(self) -> None:
-        """Shut the engines down, then end every actor."""
-        await self.rollout.shutdown()
+    async def shutdown(self, wait_s: float | None = None) -> None:
+        """Shut the engines down (waiting ``wait_s`` at most, if given), then end every actor."""
+        await self.rollout.shutdown(wait_s)
         for actor in [*self.rollout.started, *self.trainers, self.buffer, *([self.scorer] if self.scorer else [])]:
             self.kill(actor)
