@@ -278,6 +278,15 @@ def test_missing_recipe(capsys, nothing_starts):
     assert code == 2 and "recipe 'no_such_recipe' not found" in err
 
 
+def test_a_refused_resume_says_so(tmp_path, capsys, nothing_starts):
+    code = main(["train", "--resume", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert (
+        code == 2
+        and err == f"cannot resume: {tmp_path}: not a run directory (no config.yaml); give the directory of a run"
+    )
+
+
 def test_list_item_override_reaches_the_list():
     cfg = load_config(None, ["reward.functions=[{fn: format}, {fn: arith_exact}]", "reward.functions.1.weight=0.5"])
     assert [(f.fn, f.weight) for f in cfg.reward.functions] == [("format", 1.0), ("arith_exact", 0.5)]
