@@ -115,6 +115,13 @@ def test_run_summary_is_short_and_writes_the_json(tmp_path):
     assert text.splitlines()[0] == "held-out accuracy: 0.250 -> 0.500 in 12 s of training (3 steps)"
     assert "rollout errors 2" in text and "reward timeout 1" in text and "stale" not in text
     assert '"rollout_errors": 2' in (tmp_path / "summary.json").read_text()
+    run_summary({**summary, "accuracy_after": float("nan"), "stopped_by": "SIGTERM"}, tmp_path)
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    written = json.loads((tmp_path / "summary.json").read_text(), parse_constant=refuse)  # strict, as jq or JS
+    assert written["accuracy_after"] is None and written["accuracy_before"] == 0.25
 
 
 def test_the_training_bar_shows_the_key_metrics():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import os
 import re
 import select
@@ -247,7 +248,8 @@ def unscored_warning(unscored: int, samples: int) -> str:
 def run_summary(summary: dict, run_dir: Path) -> str:
     """Write ``summary.json`` into ``run_dir``; return the few lines a person reads at the end of ``rl train``."""
     path = run_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    finite = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()}
+    path.write_text(json.dumps(finite, indent=2, default=str) + "\n")  # strict JSON: a figure not measured is null
     lines = []
     if not summary.get("stopped_by"):
         lines.append(
