@@ -323,6 +323,13 @@ def test_one_file_holds_out_a_fixed_part(tmp_path, capsys):
     assert len(train) + len(test) == len(ROWS) and 10 <= len(test) <= 30
     again = split_rows(cfg.data.model_copy(update={"test_fraction": 0.2}))
     assert [r.prompt_id for r in again[1]] == [r.prompt_id for r in test]  # deterministic
+    from rl.evaluation.offline import split_of
+
+    held = split_of(cfg.data, "test")  # rl eval's test split of the file: the rows rl train held out, no others
+    assert [r.prompt_id for r in held] == [r.prompt_id for r in test]
+    assert [r.prompt_id for r in split_of(cfg.data, "train")] == [r.prompt_id for r in train]
+    limited = cfg.data.model_copy(update={"limit": 3})
+    assert [r.prompt_id for r in split_of(limited, "test")] == [r.prompt_id for r in test[:3]]
 
 
 def test_test_source_and_the_warning_for_no_hold_out(tmp_path, caplog):
@@ -438,6 +445,7 @@ COMMANDS = [
         1,
     ),
     ("eval_empty_dir", lambda t: ["eval", str(t), "--dataset", "arith"], 2, "is neither an HF model directory", 1),
+    ("eval_without_dataset", lambda t: ["eval", _model(t)], 2, "rl eval: give --dataset (arith, a preset", 1),
     ("eval_unknown_builtin", lambda t: ["eval", "builtin:nope", "--dataset", "arith"], 2, "unknown builtin model", 1),
     (
         "eval_missing_dataset",

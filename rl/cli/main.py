@@ -86,11 +86,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rl.evaluation.offline import EvalSettings, eval_inputs, recipe_for_dataset, run_eval
     from rl.inputs.preflight import check_output_dir
 
-    recipe = args.recipe or recipe_for_dataset(args.dataset)
+    run_config = Path(args.model) / "config.yaml"  # a run directory: its own framing, rewards and data
+    if not run_config.is_file() or (Path(args.model) / "config.json").exists():
+        run_config = None
+    if args.dataset is None and run_config is None:
+        print("rl eval: give --dataset (arith, a preset, a hub dataset or a file) for a model", file=sys.stderr)
+        return 2
+    recipe = args.recipe or (str(run_config) if run_config else recipe_for_dataset(args.dataset))
 
     def build() -> RunConfig:
         cfg = load_config(recipe_path(recipe), args.set)
-        cfg.data.source = args.dataset  # validated on assignment
+        if args.dataset is not None:
+            cfg.data.source = args.dataset  # validated on assignment
         return cfg
 
     cfg = checked_config(build)
@@ -98,7 +105,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 2
     settings = EvalSettings(
         model=args.model,
-        dataset=args.dataset,
+        dataset=cfg.data.source,
         recipe=recipe,
         split=args.split,
         samples=args.samples,
@@ -122,7 +129,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="pass@k, reward and response lengths of a model or checkpoint on a dataset")
     ev.add_argument("model", help="builtin:NAME, an HF model directory, or a run directory (its latest checkpoint)")
-    ev.add_argument("--dataset", required=True, help="arith, a preset (gsm8k, math, math500, ...), hub name or file")
+    ev.add_argument(
+        "--dataset", help="arith, a preset (gsm8k, math, math500, ...), hub name or file (default: a run's own data)"
+    )
     ev.add_argument("--split", default="test", help="dataset split (default test)")
     ev.add_argument("--samples", type=positive, default=1, help="samples per problem; pass@k for k=1,2,4..samples")
     ev.add_argument("--limit", type=positive, help="only the first N problems")
@@ -130,7 +139,10 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev.add_argument(
         "--temperature", type=float, help="default: the recipe's eval temperature for 1 sample, rollout's for more"
     )
-    ev.add_argument("--recipe", help="recipe giving the prompt framing, rewards and engine sizes (default: by dataset)")
+    ev.add_argument(
+        "--recipe",
+        help="recipe giving the prompt framing, rewards and engine sizes (default: a run's config, else by dataset)",
+    )
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override (repeatable)")
     ev.add_argument("--cpu-bind", help="CPU only: the cores this process and its engine run on (e.g. 0 or 0-1)")
     ev.add_argument("--out", type=Path, help="write the metrics and per-problem records as JSON here")

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl.config import RunConfig
+from rl.config import DataConfig, RunConfig
+from rl.data.holdout import hold_out, same_rows
 from rl.data.source import dataset_rows
 from rl.evaluation.held_out import ProblemRecord, sample_and_score, summarize
 from rl.inputs.preflight import BadInput, check_local_cores, check_model_path, check_reward_model
@@ -26,6 +27,7 @@ from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec, SamplingSpec
 from rl.rollout.tool_workflow import ToolSettings
+from rl.types import PromptRow
 
 log = logging.getLogger("rl.eval")
 DATASET_RECIPES = {"arith": "arith_tiny", "gsm8k": "gsm8k_qwen2.5-0.5b"}
@@ -62,7 +64,7 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> tuple[str, list]:
     model_dir = resolve_eval_model(settings.model)
     data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
     try:
-        rows = dataset_rows(data, settings.split)
+        rows = split_of(data, settings.split)
     except FileNotFoundError as e:
         raise BadInput(f"--dataset: {e}; give an existing file, folder, preset or hub dataset") from None
     except Exception as e:
@@ -79,6 +81,22 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> tuple[str, list]:
         except ValueError as e:
             raise BadInput(f"reward.functions: {e}") from None
     return model_dir, rows
+
+
+def split_of(data: DataConfig, split: str) -> list[PromptRow]:
+    """The rows of ``split`` as ``rl train`` splits them: for ``data.test_split`` its held-out rows (a single
+    file's fixed hold-out part, or ``data.test_source``'s), for ``data.train_split`` its training rows, else the
+    source's own split; ``data.limit``: the first N of them."""
+    if split == data.test_split and data.test_source is not None:
+        return dataset_rows(data.model_copy(update={"source": data.test_source}), split)
+    if split not in (data.test_split, data.train_split):
+        return dataset_rows(data, split)
+    whole = data.model_copy(update={"limit": None})
+    train, test = dataset_rows(whole, data.train_split), dataset_rows(whole, data.test_split)
+    if same_rows(train, test):
+        train, test = hold_out(train, data.test_fraction, data.source)
+    rows = test if split == data.test_split else train
+    return rows[: data.limit] if data.limit else rows
 
 
 @dataclass
