@@ -56,6 +56,7 @@ class VllmEngine:
             stream_interval=spec.stream_interval,
             load_format=spec.load_format,
             skip_tokenizer_init=spec.skip_tokenizer_init,
+            use_tqdm_on_load=False,  # no loading bar: an in-process engine (rl eval) would draw it on the console
         )
         if spec.priority_scheduling:
             kwargs["scheduling_policy"] = "priority"
