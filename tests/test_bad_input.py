@@ -231,6 +231,11 @@ CASES = [
         lambda t: ["memory.gpu_gib=1"],
         "bad input: memory plan: trainer",  # then what it needs, "short by", and what to change
     ),
+    (
+        "trl_prompt_column",
+        lambda t: _data_case(t, [{"prompt": f"{n}+1=", "answer": str(n + 1)} for n in range(8)]),
+        "the first row's columns ['answer', 'prompt']; set data.prompt_field=prompt",
+    ),
     ("no_held_out_rows", lambda t: ["data.arith.num_test=0"], "no held-out rows, and a run measures held-out"),
     ("unknown_key", lambda t: ["train.nope=1"], "invalid config: train.nope: not a known key"),
     ("misspelt_key", lambda t: ["train.batchgroups=2"], "did you mean train.batch_groups?"),

@@ -115,6 +115,7 @@ def load_rows(
             raise ValueError(f"dataset {label!r} (split {split!r}) has no rows")
         fields = (
             f"; prompt field {prompt_field!r}, answer field {answer_field!r}, the first row's columns {columns_seen}"
+            f"{_field_hint(columns_seen, prompt_field, answer_field)}"
             if skipped.get("missing_field")
             else ""
         )
@@ -226,6 +227,24 @@ def _convert(
     answer = _answer_text(raw_answer, answer_extractor)
     prompt_column = _column_of(record, prompt_field)
     return prompt, answer, {k: v for k, v in record.items() if k != prompt_column}
+
+
+PROMPT_COLUMNS = ("prompt", "question", "problem", "query", "instruction")  # what datasets name them, commonly
+ANSWER_COLUMNS = ("answer", "solution", "ground_truth", "target", "reference")
+
+
+def _field_hint(columns: list[str], prompt_field: str, answer_field: str) -> str:
+    """What to set when the prompt or answer field is not among ``columns`` and a usual name is (TRL's datasets
+    hold ``prompt``), e.g. "; set data.prompt_field=prompt"."""
+    settings = []
+    for key, wanted, usual in (
+        ("prompt_field", prompt_field, PROMPT_COLUMNS),
+        ("answer_field", answer_field, ANSWER_COLUMNS),
+    ):
+        if wanted.split(".", 1)[0] not in columns:
+            found = next((name for name in usual if name in columns), None)
+            settings.append(f"data.{key}={found}" if found else f"data.{key} to the column that holds it")
+    return f"; set {' and '.join(settings)}" if settings else ""
 
 
 def _column_of(record: dict[str, Any], name: str) -> str:
