@@ -697,8 +697,11 @@ def _index(items: list, part: str, item: str) -> int:
     return int(part)
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig:
-    """Read a YAML recipe, apply command-line overrides, validate.
+def load_config(path: str | Path | None, overrides: list[str] = (), local_paths: bool = True) -> RunConfig:
+    """Read a YAML recipe, apply command-line overrides, validate. With ``local_paths`` every local path the
+    config names (``LOCAL_PATHS``) becomes absolute: the recipe's own read against its folder, or else, as an
+    override's, against the working directory; so a run resumes from any directory. A run's saved config keeps
+    the paths it was written with (``local_paths=False``).
 
     Raises ``ValueError`` naming the file for a recipe that is not UTF-8, not YAML or not a mapping.
     """
@@ -712,7 +715,43 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> RunConfig
             raise ValueError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: a recipe must be a mapping at the top level, not a {type(raw).__name__}")
-    return RunConfig.model_validate(apply_overrides(raw, list(overrides), RunConfig().model_dump()))
+        if local_paths:
+            absolute_paths(raw, Path(path).resolve().parent)
+    merged = apply_overrides(raw, list(overrides), RunConfig().model_dump())
+    if local_paths:
+        absolute_paths(merged, Path.cwd())
+    return RunConfig.model_validate(merged)
+
+
+# the keys that may name a local file or folder: (section, key) and, for reward.functions, each item's
+LOCAL_PATHS = (("model", "path"), ("data", "source"), ("data", "test_source"), ("shaping", "scorer_model"))
+REWARD_PATHS = ("fn", "model")
+
+
+def absolute_paths(raw: dict[str, Any], base: Path) -> None:
+    """Make each ``LOCAL_PATHS`` value of ``raw`` (and each reward's file or model folder) that names an existing
+    file or folder under ``base`` absolute, in place; the rest (hub names, presets, builtins) stay as they are."""
+    for section, key in LOCAL_PATHS:
+        node = raw.get(section)
+        if isinstance(node, dict) and isinstance(node.get(key), str):
+            node[key] = _absolute(node[key], base)
+    functions = (raw.get("reward") or {}).get("functions") if isinstance(raw.get("reward"), dict) else None
+    for item in functions if isinstance(functions, list) else []:
+        for key in REWARD_PATHS if isinstance(item, dict) else ():
+            if isinstance(item.get(key), str):
+                item[key] = _absolute(item[key], base, spec=key == "fn")
+
+
+def _absolute(value: str, base: Path, spec: bool = False) -> str:
+    """``value`` with its path made absolute against ``base`` where that path exists; for a reward ``spec``
+    (``file.py:function``) the file part."""
+    path, sep, function = value.rpartition(":") if spec else (value, "", "")
+    if spec and not path.endswith(".py"):
+        return value
+    local = Path(path).expanduser()
+    if local.is_absolute() or not (base / local).exists():
+        return value
+    return f"{(base / local).resolve()}{sep}{function}"
 
 
 def _type_name(annotation: Any) -> str:

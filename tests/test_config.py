@@ -125,3 +125,28 @@ def test_model_scorers_need_sart_a_model_and_a_log_prob_threshold():
     )
     assert cfg.shaping.scorer_worker and cfg.shaping.scorer_model is None
     assert not load_config(recipe_path("arith_tiny"), ["shaping.policy=sart"]).shaping.scorer_worker
+
+
+def test_a_recipes_local_paths_are_read_against_its_folder_and_saved_absolute(tmp_path, monkeypatch):
+    recipes, elsewhere = tmp_path / "recipes", tmp_path / "elsewhere"
+    recipes.mkdir(), elsewhere.mkdir()
+    (recipes / "my_reward.py").write_text("def r(completions, **kw):\n    return [0.0] * len(completions)\n")
+    (recipes / "rows.jsonl").write_text('{"question": "1+1=", "answer": "2"}\n')
+    (elsewhere / "held.jsonl").write_text('{"question": "2+2=", "answer": "4"}\n')
+    (recipes / "r.yaml").write_text(
+        "data: {source: rows.jsonl}\n"
+        "reward: {functions: [{fn: my_reward.py:r}, {fn: arith_exact}, {fn: 'rl.rewards.math:arith_steps'}]}\n"
+    )
+    monkeypatch.chdir(elsewhere)  # the recipe is run from another folder
+    cfg = load_config(recipes / "r.yaml", ["data.test_source=held.jsonl", "model.path=Qwen/Qwen2.5-0.5B"])
+    assert cfg.data.source == str(recipes / "rows.jsonl")  # the recipe's own: against its folder
+    assert cfg.data.test_source == str(elsewhere / "held.jsonl")  # an override's: against the working directory
+    assert [f.fn for f in cfg.reward.functions] == [
+        f"{recipes}/my_reward.py:r",
+        "arith_exact",
+        "rl.rewards.math:arith_steps",
+    ]
+    assert cfg.model.path == "Qwen/Qwen2.5-0.5B"  # a hub name is no local path
+    saved = tmp_path / "config.yaml"
+    saved.write_text("data: {source: rows.jsonl}\n")
+    assert load_config(saved, local_paths=False).data.source == "rows.jsonl"  # a run's saved config, as written

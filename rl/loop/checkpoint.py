@@ -140,7 +140,7 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
                 f"{', '.join(RESUMABLE)} (start a new run to change the rest)"
             )
     where = [f"output_dir={run_dir.parent}", f"name={run_dir.name}"]
-    cfg = load_config(run_dir / CONFIG_FILE, [*overrides, *where])
+    cfg = load_config(run_dir / CONFIG_FILE, [*overrides, *where], local_paths=False)
     checkpoint = latest_checkpoint(run_dir)
     saved = read_driver_state(checkpoint)
     if saved.get("config") != config_fingerprint(cfg):
