@@ -110,16 +110,18 @@ class RewardConfig(Strict):
     num_workers: int = Field(
         default=1,
         ge=0,
-        description="reward processes (a reward that hangs or crashes cannot stop training); 0: in the driver",
+        description="reward processes (a reward that hangs or crashes cannot stop training); 0: in the driver, "
+        "without timeout_s",
     )
     timeout_s: float = Field(
         default=10.0,
         gt=0,
-        description="seconds a reward call may take before it is killed and counted",
+        description="seconds a reward call may take before its process is killed and the call counted",
     )
     on_failure: Literal["zero", "drop"] = Field(
         default="zero",
-        description="a reward that raises, hangs or returns NaN: zero scores the sample 0, drop drops its group",
+        description="a reward that raises, hangs or returns NaN: zero scores the sample 0, drop leaves the sample "
+        "out of its group (a group left with fewer than two is dropped)",
     )
 
 
