@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -305,6 +306,29 @@ def test_hub_names_pass_without_network(monkeypatch):
     assert check_model_path("gpt2") == "gpt2"
     with pytest.raises(BadInput, match="does not exist"):
         check_model_path("~/models/none/here")
+
+
+def test_an_unreachable_hub_reads_the_cache_at_once(monkeypatch):
+    """Offline, a hub name fails in one line within seconds (not a minute of retries), and the processes the run
+    starts inherit the Hub's offline mode."""
+    import datasets
+    from huggingface_hub import constants
+
+    from rl.inputs import hub
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)  # switched too: restored after the test
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    started = time.monotonic()
+    with pytest.raises(BadInput) as refused:
+        preflight(load_config("recipes/arith_tiny.yaml", ["model.path=nobody/no-such-model"]))
+    assert str(refused.value) == (
+        "model.path 'nobody/no-such-model' is not in the local Hugging Face cache, and the Hub (http://127.0.0.1:9) "
+        "cannot be reached or HF_HUB_OFFLINE is set; give a local path, or fetch it where the Hub is reachable"
+    )
+    assert time.monotonic() - started < 15
+    assert hub.offline() and os.environ["HF_HUB_OFFLINE"] == "1"
 
 
 def test_bad_rows_are_counted_skips(tmp_path, caplog):

@@ -137,7 +137,16 @@ def _open(source: str, split: str, subset: str | None) -> tuple[Iterable[Any], s
         raise FileNotFoundError(f"dataset source {source!r} does not exist")
     import datasets
 
-    return datasets.load_dataset(source, subset, split=split), f"{source.rsplit('/', 1)[-1].lower()}-{split}"
+    from rl.inputs import hub
+
+    cache_only = hub.offline_unless_reachable()  # no Hub to ask: the cache at once, not a minute of retries
+    try:
+        records = datasets.load_dataset(source, subset, split=split)
+    except Exception:
+        if cache_only:
+            raise ValueError(f"dataset {hub.not_cached(source)}") from None
+        raise
+    return records, f"{source.rsplit('/', 1)[-1].lower()}-{split}"
 
 
 def _read_file(path: Path) -> Iterator[Any]:

@@ -20,6 +20,7 @@ from typing import Any
 from rl.config import DataConfig, RewardFn, RolloutConfig, RunConfig
 from rl.data.holdout import hold_out, same_rows
 from rl.data.source import dataset_rows
+from rl.inputs import hub
 from rl.inputs.prompting import PromptEncoder
 from rl.models import BUILTIN_PREFIX, resolve_model
 from rl.rewards.hooks import CallLog, RewardState
@@ -217,9 +218,12 @@ def check_output_dir(directory: str | Path, where: str) -> Path:
 
 
 def _encoder(model_dir: str, path: str) -> PromptEncoder:
+    cache_only = not Path(model_dir).is_dir() and hub.offline_unless_reachable()  # a hub name, no Hub to ask
     try:
         return PromptEncoder(model_dir)
     except Exception as e:
+        if cache_only:
+            raise BadInput(f"model.path {hub.not_cached(path)}") from None
         raise BadInput(f"model.path {path!r}: cannot load its tokenizer ({_line(e)})") from None
 
 
