@@ -15,22 +15,23 @@ calls = 0
 
 
 def flaky(prompts, completions, answer, **columns):
-    """A TRL-style reward that fails in a different way on each call, then works once, and repeats; the start-up
-    check (in the main process, not a reward worker) gets a plain answer."""
+    """A TRL-style reward whose odd calls fail, each in its own way, and whose even calls work (a reward failing a
+    whole step of calls in a row stops the run; a replaced worker counts from 0 again, so a timeout is followed by
+    one failure more); the start-up check (in the main process, not a reward worker) gets a plain answer."""
     if multiprocessing.parent_process() is None:
         return [0.0] * len(completions)
     global calls
     calls += 1
-    mode = calls % 6
+    mode = calls % 10
     if mode == 1:
         raise RuntimeError("boom")
-    if mode == 2:
-        return [float("nan")] * len(completions)
     if mode == 3:
-        return [None] * len(completions)
-    if mode == 4:
-        return [1.0]
+        return [float("nan")] * len(completions)
     if mode == 5:
+        return [None] * len(completions)
+    if mode == 7:
+        return [1.0]
+    if mode == 9:
         time.sleep(60)  # past the timeout: the worker process is killed and replaced
     return [float(c.rsplit("#", 1)[-1].strip() == a) for c, a in zip(completions, answer)]
 '''
