@@ -113,6 +113,8 @@ def test_sigterm_then_sigkill_then_resume_continue_the_run_exactly(rollout_worke
     assert summary["steps"] == STEPS and summary["groups_trained"] == STEPS * 4
     assert summary["replayed_groups"] == sum(r["replayed_groups"] for r in resumes)
     assert summary["groups_unaccounted"] == 0  # trained, dropped with a reason, replayed after a kill, or open
+    trained_at_kill = checkpoint.read_driver_state(killed_after)["train_seconds"]  # the two runs before it
+    assert summary["train_seconds"] > trained_at_kill > 0  # the run's training time, not the last segment's
 
 
 def shaping_statistics(driver: Driver) -> dict:

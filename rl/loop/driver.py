@@ -87,6 +87,8 @@ class Driver:
         self.starting: asyncio.Task | None = None  # engines starting, the evaluation before training: a stop ends it
         self.version = saved.get("version", 0)
         self.accuracy_before = saved.get("accuracy_before", math.nan)
+        self.trained_before = saved.get("train_seconds", 0.0)  # training time of the run before this resume
+        self.t0 = math.nan  # when this process's training clock started
 
     async def run(self) -> dict[str, Any]:
         """Start everything, train ``max_steps`` steps, save, shut down; returns the run summary. The stop signals
@@ -116,6 +118,7 @@ class Driver:
             raise ValueError("weight_sync.transport=nccl needs GPUs; this Ray cluster has none")
         r = cfg.reward
         self.rewards = RewardPool([(f.spec, f.weight) for f in r.functions], r.num_workers, r.timeout_s, r.on_failure)
+        self.fleet_started = time.monotonic()
         self.fleet = start_actors(cfg, self.model_dir, self.counters)
         scorer, state, fail = self.fleet.scorer, self._reward_state, self._fail
         self.groups = GroupMaker(cfg, self.encoder, self.policy, self.rewards, scorer, self.counters, state, fail)
@@ -129,7 +132,7 @@ class Driver:
         try:
             self.starting = asyncio.create_task(self._start_up())
             try:
-                t0, startup_s = await self.starting
+                startup_s = await self.starting
             except asyncio.CancelledError:
                 if self.stop_signal is None:
                     raise
@@ -141,7 +144,7 @@ class Driver:
             await asyncio.gather(rollouts, return_exceptions=True)
             if self.failure:
                 raise RunFailed(self.failure)
-            train_seconds = time.monotonic() - t0
+            train_seconds = self._train_seconds()
             finished = self.stop_signal is None and bool(self.fleet.rollout.live)
             after = await self._evaluate("after") if finished else {"accuracy": math.nan}
             saved = checkpoint.complete_checkpoints(cfg.run_dir)
@@ -176,23 +179,24 @@ class Driver:
             if signum != signal.SIGHUP or signal.getsignal(signum) is not signal.SIG_IGN:
                 loop.add_signal_handler(signum, self.request_stop, signum)
 
-    async def _start_up(self) -> tuple[float, float]:
-        """Wait for the actors, then restore the checkpoint or evaluate before training; returns the training clock's
-        start and the engines' start-up seconds."""
+    async def _start_up(self) -> float:
+        """Wait for the actors, start the training clock, then restore the checkpoint or evaluate before training;
+        returns the engines' start-up seconds."""
         await self.fleet.channel.start()
         if self.start_actors is None:  # a fleet of real actors: say where each runs
             await placement.log_where(self.fleet.trainers, self.fleet.rollout.started)
-        t0 = time.monotonic()
+        self.t0 = time.monotonic()
         stats = await asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])
         startup_s = max(s["startup_s"] for s in stats)
-        log.info("rollout engines up in %.1f s", startup_s)
+        waited = time.monotonic() - self.fleet_started  # the user's wait: worker processes, imports, the engine
+        log.info("rollout engines up in %.1f s (building the engine %.1f s)", waited, startup_s)
         if self.fleet.scorer:
             log.info("scorer worker up in %.1f s", (await self.fleet.scorer.stats.remote())["startup_s"])
         if self.resume:
             await self._restore()
         else:
             self.accuracy_before = (await self._evaluate("before"))["accuracy"]
-        return t0, startup_s
+        return startup_s
 
     def _stopped_while_starting(self) -> dict[str, Any]:
         """The summary of a run a stop signal ended before its first step: nothing trained, nothing saved."""
@@ -202,7 +206,7 @@ class Driver:
             len(self.unfinished),
             accuracy_before=self.accuracy_before,
             accuracy_after=math.nan,
-            train_seconds=0.0,
+            train_seconds=self.trained_before,
             steps=self.version,
             stopped_by=signal.Signals(self.stop_signal or signal.SIGTERM).name,
             checkpoint=str(saved[-1]) if saved else None,
@@ -296,13 +300,13 @@ class Driver:
         last, last_idle = time.monotonic(), self.admission.idle_seconds()
         for step in range(self.version + 1, cfg.max_steps + 1):
             if self.stopping.is_set():
-                log.error("stopping early at step %d", step)
+                log.error("stopping before step %d", step)
                 break
             try:
                 take = streamed_step if cfg.periodic_async else batch_step
                 groups, results = await take(self.cfg, self.fleet, self.version, self.stopping)
             except RunStopped:
-                log.error("stopping early at step %d: no more rollouts are coming", step)
+                log.error("stopping before step %d: no more rollouts are coming", step)
                 break
             for group in groups:
                 self._finish(group.position)
@@ -364,9 +368,14 @@ class Driver:
             "in_flight": len(self.unfinished),
             "counters": asdict(self.counters),
             "accuracy_before": self.accuracy_before,
+            "train_seconds": self._train_seconds(),
         }
         shaping = {"policy": self.policy, "governor": self.governor}
         return await checkpoint.write(self.cfg, self.version, self.fleet.trainers, shaping, state)
+
+    def _train_seconds(self) -> float:
+        """The run's training time so far, the segments before a resume included."""
+        return self.trained_before + time.monotonic() - self.t0
 
     async def _restore(self) -> None:
         """Load the checkpoint into every trainer rank and the rollout engines; log what was restored."""

@@ -254,7 +254,7 @@ def run_summary(summary: dict, run_dir: Path) -> str:
     if not summary.get("stopped_by"):
         lines.append(
             f"held-out accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
-            f"in {summary['train_seconds']:.0f} s of training ({summary['steps']} steps)"
+            f"in {summary['train_seconds']:.0f} s of training ({summary['steps']} step{'s'[: summary['steps'] != 1]})"
         )
     # faults only: groups dropped as stale or without signal are the algorithm at work (summary.json counts them)
     faults = {k: summary.get(k) for k in ("rollout_errors", "dead_workers", "restarted_workers")}
