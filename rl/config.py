@@ -80,6 +80,12 @@ class RewardFn(Strict):
     batch_size: int = Field(default=16, ge=1, description="model only: completions per forward pass")
     weight: float = Field(default=1.0, description="the function's weight in the summed reward")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_a_name(cls, data: Any) -> Any:
+        """A bare spec is the function it names, as in TRL's list of reward functions."""
+        return {"fn": data} if isinstance(data, str) else data
+
     @model_validator(mode="after")
     def _one_kind(self) -> RewardFn:
         if (self.fn is None) == (self.model is None):
@@ -104,8 +110,8 @@ class RewardConfig(Strict):
     functions: list[RewardFn] = Field(
         default_factory=lambda: [RewardFn(fn="arith_exact")],
         min_length=1,
-        description="reward functions and reward models with their weights; the first one's > 0 marks a correct "
-        "answer in evals",
+        description="reward functions and reward models with their weights (a bare spec, as in [arith_exact, "
+        "my.py:r], is a function of weight 1); the first one's > 0 marks a correct answer in evals",
     )
     num_workers: int = Field(
         default=1,
@@ -738,7 +744,9 @@ def absolute_paths(raw: dict[str, Any], base: Path) -> None:
         if isinstance(node, dict) and isinstance(node.get(key), str):
             node[key] = _absolute(node[key], base)
     functions = (raw.get("reward") or {}).get("functions") if isinstance(raw.get("reward"), dict) else None
-    for item in functions if isinstance(functions, list) else []:
+    for index, item in enumerate(functions if isinstance(functions, list) else []):
+        if isinstance(item, str):  # a bare function spec
+            functions[index] = _absolute(item, base, spec=True)
         for key in REWARD_PATHS if isinstance(item, dict) else ():
             if isinstance(item.get(key), str):
                 item[key] = _absolute(item[key], base, spec=key == "fn")
@@ -839,11 +847,36 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+# TRL's GRPOConfig names, which TRL users type, and the key that sets the same thing here
+TRL_NAMES = {
+    "learning_rate": "train.lr",
+    "num_generations": "shaping.m_keep",
+    "max_completion_length": "rollout.max_tokens",
+    "max_prompt_length": "rollout.max_model_len (prompt + response)",
+    "max_steps": "train.max_steps",
+    "num_iterations": "train.ppo_epochs",
+    "beta": "algorithm.kl_coef",
+    "epsilon": "algorithm.clip_low",
+    "epsilon_high": "algorithm.clip_high",
+    "loss_type": "algorithm.agg (and algorithm.advantage=drgrpo for dr_grpo)",
+    "scale_rewards": "algorithm.advantage (drgrpo: no std scaling)",
+    "reward_weights": "reward.functions.N.weight",
+    "per_device_train_batch_size": "train.batch_groups (prompts per step; each gets shaping.m_keep samples)",
+    "save_steps": "train.checkpoint_every",
+    "temperature": "rollout.temperature",
+    "top_p": "rollout.top_p",
+    "gradient_checkpointing": "train.gradient_checkpointing",
+}
+
+
 def _close_key(key: str, title: str) -> str:
-    """For an unknown key of a run config: the nearest known key, and where every key is listed."""
+    """For an unknown key of a run config: TRL's name for a key here, or the nearest known key, and where every
+    key is listed."""
     if title != RunConfig.__name__:
         return ""
     section, _, leaf = re.sub(r"\.\d+(?=\.)", "[]", key).rpartition(".")
+    if leaf in TRL_NAMES:
+        return f" (TRL's {leaf} is {TRL_NAMES[leaf]} here; rl train --help-config lists every key)"
     siblings = [item.key.rpartition(".") for item in config_keys()]
     near = difflib.get_close_matches(leaf, [name for head, _, name in siblings if head == section], n=1, cutoff=0.7)
     hint = f"did you mean {key[: len(key) - len(leaf)]}{near[0]}? " if near else ""

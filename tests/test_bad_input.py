@@ -240,6 +240,7 @@ CASES = [
     ("no_held_out_rows", lambda t: ["data.arith.num_test=0"], "no held-out rows, and a run measures held-out"),
     ("unknown_key", lambda t: ["train.nope=1"], "invalid config: train.nope: not a known key"),
     ("misspelt_key", lambda t: ["train.batchgroups=2"], "did you mean train.batch_groups?"),
+    ("trl_name", lambda t: ["train.num_generations=4"], "(TRL's num_generations is shaping.m_keep here;"),
     ("unknown_section", lambda t: ["nope.x=1"], "invalid config: nope: not a known key"),
     ("not_a_number", lambda t: ["train.lr=abc"], "invalid config: train.lr: Input should be a valid number"),
     ("zero_batch_groups", lambda t: ["train.batch_groups=0"], "train.batch_groups: Input should be greater than"),

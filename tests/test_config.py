@@ -135,7 +135,7 @@ def test_a_recipes_local_paths_are_read_against_its_folder_and_saved_absolute(tm
     (elsewhere / "held.jsonl").write_text('{"question": "2+2=", "answer": "4"}\n')
     (recipes / "r.yaml").write_text(
         "data: {source: rows.jsonl}\n"
-        "reward: {functions: [{fn: my_reward.py:r}, {fn: arith_exact}, {fn: 'rl.rewards.math:arith_steps'}]}\n"
+        "reward: {functions: [my_reward.py:r, {fn: arith_exact}, {fn: 'rl.rewards.math:arith_steps'}]}\n"
     )
     monkeypatch.chdir(elsewhere)  # the recipe is run from another folder
     cfg = load_config(recipes / "r.yaml", ["data.test_source=held.jsonl", "model.path=Qwen/Qwen2.5-0.5B"])
@@ -146,6 +146,7 @@ def test_a_recipes_local_paths_are_read_against_its_folder_and_saved_absolute(tm
         "arith_exact",
         "rl.rewards.math:arith_steps",
     ]
+    assert [f.weight for f in cfg.reward.functions] == [1.0, 1.0, 1.0]  # a bare spec, as TRL lists its functions
     assert cfg.model.path == "Qwen/Qwen2.5-0.5B"  # a hub name is no local path
     saved = tmp_path / "config.yaml"
     saved.write_text("data: {source: rows.jsonl}\n")
