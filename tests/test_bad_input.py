@@ -143,6 +143,11 @@ CASES = [
         "on row data-0: a reward function must return numbers or None, got str '1.0'",
     ),
     (
+        "reward_returns_a_dict",
+        lambda t: _bad_reward(t, "def r(completions, **kw):\n    return {'r': 1.0}\n"),
+        "on row data-0: a reward function must return a list of numbers, got dict",
+    ),
+    (
         "reward_wrong_length",
         lambda t: _bad_reward(t, "def r(completions, **kw):\n    return [1.0, 0.0]\n"),
         "returned 2 values for 1 completion",
@@ -231,6 +236,12 @@ CASES = [
         "gpu_budget_too_small",
         lambda t: ["memory.gpu_gib=1"],
         "bad input: memory plan: trainer",  # then what it needs, "short by", and what to change
+    ),
+    (
+        "column_named_like_a_reward_keyword",
+        lambda t: _data_case(t, [{"question": f"{n}+1=", "answer": str(n + 1), "completions": "x"} for n in range(8)]),
+        "column 'completions' has the name of a keyword every reward gets (prompts, completions, trainer_state, "
+        "log_extra, log_metric); rename it in the data",
     ),
     (
         "trl_prompt_column",

@@ -58,6 +58,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
     encoder = _encoder(model_dir, cfg.model.path)
     train, test = split_rows(cfg.data)
     _check_chat_template(encoder, cfg, train)
+    _check_column_names(cfg, train)
     extra_columns = check_tools(cfg, encoder, train)
     train = fitting_rows(train, encoder, cfg.rollout, "training")
     test = fitting_rows(test, encoder, cfg.rollout, "held-out")
@@ -247,6 +248,16 @@ def _rows(cfg: DataConfig, split: str) -> list[PromptRow]:
         raise BadInput(f"data.source {cfg.source!r} (split {split!r}): {str(e).splitlines()[0]}") from None
     except Exception as e:
         raise BadInput(f"data.source {cfg.source!r} (split {split!r}): {_line(e)}") from None
+
+
+def _check_column_names(cfg: RunConfig, rows: list[PromptRow]) -> None:
+    """Dataset columns reach the rewards as keywords beside TRL's own, which a column may not shadow."""
+    taken = sorted({"prompts", "completions", *TRL_HOOKS} & {name for row in rows for name in row.columns})
+    if taken:
+        raise BadInput(
+            f"data.source {cfg.data.source!r}: column {taken[0]!r} has the name of a keyword every reward gets "
+            f"(prompts, completions, {', '.join(TRL_HOOKS)}); rename it in the data"
+        )
 
 
 def _check_chat_template(encoder: PromptEncoder, cfg: RunConfig, rows: list[PromptRow]) -> None:

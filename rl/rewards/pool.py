@@ -102,7 +102,7 @@ def call_reward(
 def reward_values(out: Any) -> list[float | None]:
     """A reward function's output as floats and ``None``s (numbers of any kind: numpy, 0-d tensors); raises
     ``TypeError`` for anything else (strings, lists...)."""
-    if isinstance(out, (str, bytes)) or not hasattr(out, "__iter__"):
+    if isinstance(out, (str, bytes, dict)) or not hasattr(out, "__iter__"):
         raise TypeError(f"a reward function must return a list of numbers, got {type(out).__name__}")
     values = list(out)
     bad = [v for v in values if v is not None and (isinstance(v, (str, bytes)) or not hasattr(v, "__float__"))]
