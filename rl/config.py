@@ -39,9 +39,10 @@ class DataConfig(Strict):
     train_split: str = Field(default="train", description="split trained on")
     test_split: str = Field(default="test", description="split evaluated on (held out)")
     prompt_field: str = Field(default="question", description="column holding the question")
-    answer_field: str = Field(
+    answer_field: str | None = Field(
         default="answer",
-        description="column holding the reference answer (given to rewards as answer)",
+        description="column holding the reference answer (given to rewards as answer); None: the data has none "
+        "(a prompt-only dataset, for rewards that need no answer: length, format, a reward model)",
     )
     template: str = Field(
         default="{prompt}",

@@ -343,6 +343,17 @@ def test_an_unreachable_hub_reads_the_cache_at_once(monkeypatch):
     assert hub.offline() and os.environ["HF_HUB_OFFLINE"] == "1"
 
 
+def test_a_prompt_only_dataset_trains_with_rewards_that_need_no_answer(tmp_path):
+    """TRL takes datasets of prompts alone (for length or format rewards, reward models): data.answer_field=null."""
+    rows = [{"prompt": f"{n}+{n}=", "topic": "sums"} for n in range(40)]
+    overrides = [*_data_case(tmp_path, rows), "data.prompt_field=prompt", "data.answer_field=null"]
+    length = _reward(tmp_path, "def r(completions, **kw):\n    return [1.0] * len(completions)\n")
+    overrides.append(f"reward.functions=[{length}]")
+    inputs = preflight(load_config("recipes/arith_tiny.yaml", overrides))
+    assert inputs.train_rows and inputs.test_rows
+    assert all(row.answer == "" and row.columns == {"topic": "sums"} for row in inputs.train_rows + inputs.test_rows)
+
+
 def test_bad_rows_are_counted_skips(tmp_path, caplog):
     """Malformed lines, empty prompts or answers and over-long prompts are skipped, each reason counted in a log."""
     rows = [*ROWS[:20], "{broken", "also not json", {"question": "", "answer": "1"}, {"question": "1+1=", "answer": ""}]

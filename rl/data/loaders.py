@@ -46,7 +46,7 @@ def load_rows(
     *,
     split: str = "train",
     prompt_field: str = DEFAULT_PROMPT_FIELD,
-    answer_field: str = DEFAULT_ANSWER_FIELD,
+    answer_field: str | None = DEFAULT_ANSWER_FIELD,
     template: str = "{prompt}",
     subset: str | None = None,
     limit: int | None = None,
@@ -219,7 +219,7 @@ def _read_dir(path: Path, split: str) -> Iterator[Any]:
 def _convert(
     record: Any,
     prompt_field: str,
-    answer_field: str,
+    answer_field: str | None,
     template: str,
     answer_extractor: Callable[[str], str] | None,
     system_prompt: str | None,
@@ -231,9 +231,8 @@ def _convert(
     if not isinstance(record, dict):
         raise _BadRow("invalid_record")
     raw_prompt = _lookup(record, prompt_field)
-    raw_answer = _lookup(record, answer_field)
     prompt = build_prompt(raw_prompt, record, template, system_prompt, chat)
-    answer = _answer_text(raw_answer, answer_extractor)
+    answer = "" if answer_field is None else _answer_text(_lookup(record, answer_field), answer_extractor)
     prompt_column = _column_of(record, prompt_field)
     return prompt, answer, {k: v for k, v in record.items() if k != prompt_column}
 
@@ -242,17 +241,17 @@ PROMPT_COLUMNS = ("prompt", "question", "problem", "query", "instruction")  # wh
 ANSWER_COLUMNS = ("answer", "solution", "ground_truth", "target", "reference")
 
 
-def _field_hint(columns: list[str], prompt_field: str, answer_field: str) -> str:
+def _field_hint(columns: list[str], prompt_field: str, answer_field: str | None) -> str:
     """What to set when the prompt or answer field is not among ``columns`` and a usual name is (TRL's datasets
     hold ``prompt``), e.g. "; set data.prompt_field=prompt"."""
     settings = []
-    for key, wanted, usual in (
-        ("prompt_field", prompt_field, PROMPT_COLUMNS),
-        ("answer_field", answer_field, ANSWER_COLUMNS),
+    for key, wanted, usual, otherwise in (
+        ("prompt_field", prompt_field, PROMPT_COLUMNS, "to the column that holds it"),
+        ("answer_field", answer_field, ANSWER_COLUMNS, "to the column that holds it (null: the data has none)"),
     ):
-        if wanted.split(".", 1)[0] not in columns:
+        if wanted is not None and wanted.split(".", 1)[0] not in columns:
             found = next((name for name in usual if name in columns), None)
-            settings.append(f"data.{key}={found}" if found else f"data.{key} to the column that holds it")
+            settings.append(f"data.{key}={found}" if found else f"data.{key} {otherwise}")
     return f"; set {' and '.join(settings)}" if settings else ""
 
 
