@@ -1,5 +1,7 @@
 """The command line takes ``key=value`` overrides before or after the options; anything else unknown is refused."""
 
+import json
+
 import pytest
 
 from rl.cli.main import parse_args
@@ -23,12 +25,20 @@ def test_a_run_the_driver_stops_is_one_line_and_exit_code_1(tmp_path, monkeypatc
     from rl.cli.main import main
     from rl.loop.driver import Driver, RunFailed
 
+    why = "reward 'judge' failed on all of the last 4 groups"
+
     async def stopped(self):
-        raise RunFailed("reward 'judge' failed on all of the last 4 groups")
+        self.cfg.run_dir.mkdir(parents=True)  # as a real run has by then
+        raise RunFailed(why, {"failure": why, "stopped_by": None, "steps": 1, "reward_failures": {"raised": 4}})
 
     monkeypatch.setattr(Driver, "run", stopped)
-    argv = ["train", "arith_tiny", f"output_dir={tmp_path}", "train.max_steps=1", "data.arith.num_train=20"]
+    argv = ["train", "arith_tiny", f"output_dir={tmp_path}", "name=r", "train.max_steps=1", "data.arith.num_train=20"]
     assert main(argv) == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == "run stopped: reward 'judge' failed on all of the last 4 groups"
-    assert not any("Traceback" in line for line in err)
+    out, err = capsys.readouterr()
+    assert (
+        err.strip().splitlines()[-1]
+        == f"run stopped: {why}; no checkpoint was written, so a run of the same command starts afresh"
+    )
+    assert not any("Traceback" in line for line in err.splitlines())
+    assert "note: reward raised 4" in out and "held-out accuracy" not in out  # the counts, not an accuracy
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["failure"] == why

@@ -77,6 +77,8 @@ def test_reward_failing_a_whole_step_stops_the_run(rollout_worker, tmp_path):
         _train(rollout_worker, tmp_path, "train.max_steps=3", f"reward.functions.0.fn={tmp_path / 'judge.py'}:r")
     assert "failed on all of the last 4 groups" in str(stopped.value) and "\n" not in str(stopped.value)
     assert "RuntimeError: judge unreachable" in str(stopped.value)
+    summary = stopped.value.summary  # what rl train writes to summary.json: the failures counted up to the stop
+    assert summary["failure"] == str(stopped.value) and summary["reward_failures"]["raised"] >= 4
 
 
 SCHEDULE = '''

@@ -58,7 +58,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         summary = asyncio.run(driver.run())
     except RunFailed as e:
-        print(f"run stopped: {e}", file=sys.stderr)
+        if e.summary is not None:  # summary.json and the failures counted, as a finished run's
+            from rl.output.console import run_summary
+
+            print(run_summary(e.summary, cfg.run_dir))
+        print(f"run stopped: {e}; {_continue_from(cfg.run_dir)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # a second stop signal: stopped at once, its actors ended
         print(f"stopped at once on a second signal; {_continue_from(cfg.run_dir)}", file=sys.stderr)

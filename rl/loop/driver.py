@@ -48,7 +48,12 @@ SHUTDOWN_WAIT_S = 5.0  # how long a run stopped while starting waits for its eng
 
 
 class RunFailed(Exception):
-    """The run stopped on an error it cannot train through; the message is one line."""
+    """The run stopped on an error it cannot train through; the message is one line, ``summary`` the run's summary
+    up to the failure (None for one before training)."""
+
+    def __init__(self, message: str, summary: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 class Driver:
@@ -142,26 +147,20 @@ class Driver:
             self.stopping.set()
             rollouts.cancel()
             await asyncio.gather(rollouts, return_exceptions=True)
-            if self.failure:
-                raise RunFailed(self.failure)
             train_seconds = self._train_seconds()
+            buffer = await self.fleet.buffer.stats.remote()
+            if self.failure:  # counted up to here; the last checkpoint is where a resume starts
+                saved = checkpoint.complete_checkpoints(cfg.run_dir)
+                summary = self._summary(math.nan, train_seconds, saved[-1] if saved else None, startup_s, buffer)
+                self.logger.log(self.version, summary_scalars(summary), kind="summary")
+                raise RunFailed(self.failure, summary)
             finished = self.stop_signal is None and bool(self.fleet.rollout.live)
             after = await self._evaluate("after") if finished else {"accuracy": math.nan}
             saved = checkpoint.complete_checkpoints(cfg.run_dir)
             if cfg.train.save_checkpoint and not (saved and checkpoint.step_of(saved[-1]) == self.version):
                 saved.append(await self._checkpoint())
-            summary = summarize_run(
-                self.counters,
-                len(self.unfinished),
-                accuracy_before=self.accuracy_before,
-                accuracy_after=after["accuracy"],
-                train_seconds=train_seconds,
-                steps=self.version,
-                stopped_by=signal.Signals(self.stop_signal).name if self.stop_signal else None,
-                checkpoint=str(saved[-1]) if cfg.train.save_checkpoint and saved else None,
-                engine_startup_s=startup_s,
-                buffer=await self.fleet.buffer.stats.remote(),
-            )
+            last = saved[-1] if cfg.train.save_checkpoint and saved else None
+            summary = self._summary(after["accuracy"], train_seconds, last, startup_s, buffer)
             self.logger.log(self.version, summary_scalars(summary), kind="summary")
             return summary
         finally:
@@ -201,17 +200,24 @@ class Driver:
     def _stopped_while_starting(self) -> dict[str, Any]:
         """The summary of a run a stop signal ended before its first step: nothing trained, nothing saved."""
         saved = checkpoint.complete_checkpoints(self.cfg.run_dir) if self.resume else []
+        return self._summary(math.nan, self.trained_before, saved[-1] if saved else None, math.nan, {})
+
+    def _summary(
+        self, accuracy_after: float, train_seconds: float, saved: Path | None, startup_s: float, buffer: dict
+    ) -> dict[str, Any]:
+        """The run summary (``summarize_run``) as it stands: how it stopped, and why if it failed."""
         return summarize_run(
             self.counters,
             len(self.unfinished),
             accuracy_before=self.accuracy_before,
-            accuracy_after=math.nan,
-            train_seconds=self.trained_before,
+            accuracy_after=accuracy_after,
+            train_seconds=train_seconds,
             steps=self.version,
-            stopped_by=signal.Signals(self.stop_signal or signal.SIGTERM).name,
-            checkpoint=str(saved[-1]) if saved else None,
-            engine_startup_s=math.nan,
-            buffer={},
+            stopped_by=signal.Signals(self.stop_signal).name if self.stop_signal else None,
+            failure=self.failure,
+            checkpoint=str(saved) if saved else None,
+            engine_startup_s=startup_s,
+            buffer=buffer,
         )
 
     async def continuous_rollouts(self) -> None:

@@ -251,7 +251,7 @@ def run_summary(summary: dict, run_dir: Path) -> str:
     finite = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()}
     path.write_text(json.dumps(finite, indent=2, default=str) + "\n")  # strict JSON: a figure not measured is null
     lines = []
-    if not summary.get("stopped_by"):
+    if not summary.get("stopped_by") and not summary.get("failure"):
         lines.append(
             f"held-out accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
             f"in {summary['train_seconds']:.0f} s of training ({summary['steps']} step{'s'[: summary['steps'] != 1]})"
