@@ -363,6 +363,7 @@ def test_bad_rows_are_counted_skips(tmp_path, caplog):
         inputs = preflight(cfg)
     log = "\n".join(r.getMessage() for r in caplog.records)
     assert "malformed_line=2" in log and "empty_prompt=1" in log and "bad_answer=1" in log
+    assert sum("malformed_line" in r.getMessage() for r in caplog.records) == 1  # one file read twice: one warning
     assert "skipped 1 of " in log and "prompt longer than 56 tokens" in log
     assert len(inputs.train_rows) + len(inputs.test_rows) == 20
 

@@ -41,6 +41,9 @@ class _BadRow(ValueError):
         self.reason = reason
 
 
+_SAID: set[str] = set()  # skip warnings given in this process
+
+
 def load_rows(
     source: str,
     *,
@@ -122,7 +125,10 @@ def load_rows(
         raise ValueError(f"no usable rows in dataset {label!r} (split {split!r}); skipped {dict(skipped)}{fields}")
     if skipped:
         reasons = ", ".join(f"{reason}={n}" for reason, n in sorted(skipped.items()))
-        logger.warning("dataset %r: skipped %d of %d rows (%s)", label, sum(skipped.values()), examined, reasons)
+        said = f"dataset {label!r}: skipped {sum(skipped.values())} of {examined} rows ({reasons})"
+        if said not in _SAID:  # a file without splits is read for training and for held-out rows: said once
+            _SAID.add(said)
+            logger.warning(said)
     return LoadResult(rows=rows, skipped=dict(skipped))
 
 

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 from rl.config import DataConfig
 from rl.data.arith import make_split
 from rl.data.loaders import build_prompt, load_rows
 from rl.types import PromptRow
-
-log = logging.getLogger("rl.data")
 
 
 def dataset_rows(cfg: DataConfig, split: str) -> list[PromptRow]:
@@ -18,7 +15,7 @@ def dataset_rows(cfg: DataConfig, split: str) -> list[PromptRow]:
     if cfg.source == "arith":
         rows = make_split(cfg.arith, "test" if split == cfg.test_split else "train")
         return [_framed(row, cfg) for row in (rows[: cfg.limit] if cfg.limit else rows)]
-    result = load_rows(
+    return load_rows(
         cfg.source,
         split=split,
         prompt_field=cfg.prompt_field,
@@ -27,10 +24,7 @@ def dataset_rows(cfg: DataConfig, split: str) -> list[PromptRow]:
         limit=cfg.limit,
         system_prompt=cfg.system_prompt,
         chat=cfg.chat,
-    )
-    if result.skipped:
-        log.warning("%s[%s]: skipped rows %s", cfg.source, split, result.skipped)
-    return result.rows
+    ).rows  # rows skipped: counted in the loader's one warning
 
 
 def _framed(row: PromptRow, cfg: DataConfig) -> PromptRow:
