@@ -757,7 +757,7 @@ def _absolute(value: str, base: Path, spec: bool = False) -> str:
     """``value`` with its path made absolute against ``base`` where that path exists; for a reward ``spec``
     (``file.py:function``) the file part."""
     path, sep, function = value.rpartition(":") if spec else (value, "", "")
-    if spec and not path.endswith(".py"):
+    if not path.strip() or (spec and not path.endswith(".py")):
         return value
     local = Path(path).expanduser()
     if local.is_absolute() or not (base / local).exists():

@@ -376,7 +376,11 @@ def test_one_file_holds_out_a_fixed_part(tmp_path, capsys):
     assert len(train) + len(test) == len(ROWS) and 10 <= len(test) <= 30
     again = split_rows(cfg.data.model_copy(update={"test_fraction": 0.2}))
     assert [r.prompt_id for r in again[1]] == [r.prompt_id for r in test]  # deterministic
-    from rl.evaluation.offline import split_of
+    from rl.evaluation.offline import same_source, split_of
+
+    data_file = Path(cfg.data.source)  # rl eval holds out a run's rows only where it is given the run's own data
+    assert same_source(cfg.data.source, os.path.relpath(data_file)) and same_source("arith", "arith")
+    assert not same_source(cfg.data.source, str(data_file.with_name("other.jsonl")))
 
     held = split_of(cfg.data, "test")  # rl eval's test split of the file: the rows rl train held out, no others
     assert [r.prompt_id for r in held] == [r.prompt_id for r in test]

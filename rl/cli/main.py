@@ -87,7 +87,7 @@ def _continue_from(run_dir: Path) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rl.config import load_config
-    from rl.evaluation.offline import EvalSettings, eval_inputs, recipe_for_dataset, run_eval
+    from rl.evaluation.offline import EvalSettings, eval_inputs, recipe_for_dataset, run_eval, same_source
     from rl.inputs.preflight import check_output_dir
 
     run_config = Path(args.model) / "config.yaml"  # a run directory: its own framing, rewards and data
@@ -107,10 +107,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg = checked_config(build)
     if cfg is None:
         return 2
+    trained_on = load_config(run_config).data.source if run_config else None
     settings = EvalSettings(
         model=args.model,
         dataset=cfg.data.source,
         recipe=recipe,
+        as_trained=trained_on is not None and same_source(cfg.data.source, trained_on),
         split=args.split,
         samples=args.samples,
         limit=args.limit,

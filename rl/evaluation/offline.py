@@ -64,7 +64,7 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> tuple[str, list]:
     model_dir = resolve_eval_model(settings.model)
     data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
     try:
-        rows = split_of(data, settings.split)
+        rows = split_of(data, settings.split) if settings.as_trained else dataset_rows(data, settings.split)
     except FileNotFoundError as e:
         raise BadInput(f"--dataset: {e}; give an existing file, folder, preset or hub dataset") from None
     except Exception as e:
@@ -81,6 +81,11 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> tuple[str, list]:
         except ValueError as e:
             raise BadInput(f"reward.functions: {e}") from None
     return model_dir, rows
+
+
+def same_source(a: str, b: str) -> bool:
+    """Whether two data sources name the same data (equal names, or one local path)."""
+    return a == b or (Path(a).exists() and Path(b).exists() and Path(a).resolve() == Path(b).resolve())
 
 
 def split_of(data: DataConfig, split: str) -> list[PromptRow]:
@@ -112,6 +117,7 @@ class EvalSettings:
     max_tokens: int | None = None  # None: the recipe's rollout.max_tokens
     temperature: float | None = None  # None: eval.temperature for one sample, rollout.temperature for more
     cpu_threads_bind: str | None = None
+    as_trained: bool = False  # a run on its own data: the splits as its training made them (``split_of``)
 
 
 @dataclass
