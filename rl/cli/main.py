@@ -42,11 +42,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg, resume = built
     from rl.inputs.preflight import check_output_dir, preflight
 
+    check_output_dir(cfg.output_dir, f"output_dir {cfg.output_dir!r}")  # first: it takes no time
     inputs = preflight(cfg)  # bad input: one line from main()
     from rl.inputs.memory_plan import apply_memory_plan
 
     cfg = apply_memory_plan(cfg, inputs.model_dir)  # sets the engines' GPU share; refuses a run that cannot fit
-    check_output_dir(cfg.output_dir, f"output_dir {cfg.output_dir!r}")
     from rl.loop.driver import Driver, RunFailed
 
     route_output(args, cfg.run_dir / "logs")

@@ -395,7 +395,7 @@ class Driver:
         await self.weights.publish(self.version, None)
         self.counters.replayed_groups += saved["in_flight"]
         resumed_at = "resumed at step %d from %s; %d groups in flight or buffered at that checkpoint are sampled again"
-        log.warning(resumed_at, self.version, self.resume, saved["in_flight"])
+        log.info(resumed_at, self.version, self.resume, saved["in_flight"])
 
     async def _evaluate(self, tag: str) -> dict[str, float]:
         live, state = self.fleet.rollout.live, self._reward_state()
