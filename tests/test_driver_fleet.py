@@ -234,7 +234,7 @@ class StartingWorker(FakeRolloutWorker):
         return {"startup_s": 0.05}
 
     async def shutdown(self) -> None:
-        await asyncio.Event().wait()
+        await asyncio.sleep(60)  # longer than the driver waits for it (bounded: a failing test ends)
 
 
 @pytest.mark.parametrize(
@@ -250,13 +250,17 @@ def test_a_stop_signal_while_starting_ends_the_run_before_training(
     monkeypatch.setattr("rl.loop.driver.SHUTDOWN_WAIT_S", 0.2)
     cfg = small_run(tmp_path, "fleet", "train.max_steps=2", "train.max_staleness=1")
     worker, trainer = StartingWorker(signum), FakeTrainer()
-    before = signal.signal(signum, signal.SIG_IGN if command_ignores_it else signal.getsignal(signum))
+    # the command's handler: ignored (nohup), or the default, whatever this process inherited (CI may run under nohup)
+    default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+    command = signal.SIG_IGN if command_ignores_it else default
+    before = signal.signal(signum, command)
     try:
         if not stops:
             worker.shutdown = FakeRolloutWorker.shutdown.__get__(worker)  # a run that ends normally shuts down
+        driver = Driver(cfg, start_actors=in_process_fleet([worker], [], trainer))
         started = time.monotonic()
-        summary = asyncio.run(Driver(cfg, start_actors=in_process_fleet([worker], [], trainer)).run())
-        assert signal.getsignal(signum) is (signal.SIG_IGN if command_ignores_it else before)
+        summary = asyncio.run(driver.run())
+        assert signal.getsignal(signum) is command
     finally:
         signal.signal(signum, before)
     if not stops:
