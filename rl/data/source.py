@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from rl.config import DataConfig
 from rl.data.arith import make_split
+from rl.data.holdout import hold_out, same_rows
 from rl.data.loaders import build_prompt, load_rows
 from rl.types import PromptRow
 
@@ -25,6 +27,19 @@ def dataset_rows(cfg: DataConfig, split: str) -> list[PromptRow]:
         system_prompt=cfg.system_prompt,
         chat=cfg.chat,
     ).rows  # rows skipped: counted in the loader's one warning
+
+
+def train_and_held_out(
+    cfg: DataConfig, rows: Callable[[DataConfig, str], list[PromptRow]] = dataset_rows
+) -> tuple[list[PromptRow], list[PromptRow]]:
+    """Training and held-out rows: the source's own splits, ``test_source``'s test split, or ``hold_out``'s part
+    of a source without a separate test split (one local file, a folder without split files). ``rows`` reads one
+    split (``dataset_rows``, or a caller's wrapper that words its errors)."""
+    train = rows(cfg, cfg.train_split)
+    if cfg.test_source is not None:
+        return train, rows(cfg.model_copy(update={"source": cfg.test_source}), cfg.test_split)
+    test = rows(cfg, cfg.test_split)
+    return hold_out(train, cfg.test_fraction, cfg.source) if same_rows(train, test) else (train, test)
 
 
 def _framed(row: PromptRow, cfg: DataConfig) -> PromptRow:

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.config import DataConfig, RunConfig
-from rl.data.holdout import hold_out, same_rows
-from rl.data.source import dataset_rows
+from rl.data.source import dataset_rows, train_and_held_out
 from rl.evaluation.held_out import ProblemRecord, sample_and_score, summarize
 from rl.inputs.preflight import BadInput, check_local_cores, check_model_path, check_reward_model
 from rl.inputs.prompting import PromptEncoder
@@ -89,17 +88,11 @@ def same_source(a: str, b: str) -> bool:
 
 
 def split_of(data: DataConfig, split: str) -> list[PromptRow]:
-    """The rows of ``split`` as ``rl train`` splits them: for ``data.test_split`` its held-out rows (a single
-    file's fixed hold-out part, or ``data.test_source``'s), for ``data.train_split`` its training rows, else the
-    source's own split; ``data.limit``: the first N of them."""
-    if split == data.test_split and data.test_source is not None:
-        return dataset_rows(data.model_copy(update={"source": data.test_source}), split)
+    """The rows of ``split`` as ``rl train`` splits them (``train_and_held_out``) for ``data.train_split`` and
+    ``data.test_split``, else the source's own split; ``data.limit``: the first N of them."""
     if split not in (data.test_split, data.train_split):
         return dataset_rows(data, split)
-    whole = data.model_copy(update={"limit": None})
-    train, test = dataset_rows(whole, data.train_split), dataset_rows(whole, data.test_split)
-    if same_rows(train, test):
-        train, test = hold_out(train, data.test_fraction, data.source)
+    train, test = train_and_held_out(data.model_copy(update={"limit": None}))
     rows = test if split == data.test_split else train
     return rows[: data.limit] if data.limit else rows
 

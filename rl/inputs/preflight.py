@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from rl.config import DataConfig, RewardFn, RolloutConfig, RunConfig
-from rl.data.holdout import hold_out, same_rows
-from rl.data.source import dataset_rows
+from rl.data.source import dataset_rows, train_and_held_out
 from rl.inputs import hub
 from rl.inputs.prompting import PromptEncoder
 from rl.models import BUILTIN_PREFIX, resolve_model
 from rl.rewards.hooks import CallLog, RewardState
 from rl.rewards.loading import load_reward_fn
-from rl.rewards.pool import TRL_HOOKS, call_reward, reward_values
+from rl.rewards.pool import RESERVED_KEYWORDS, TRL_HOOKS, call_reward, reward_values
 from rl.rollout.cpu_cores import local_cores
 from rl.types import PromptRow, Sample
 
@@ -229,13 +228,8 @@ def _encoder(model_dir: str, path: str) -> PromptEncoder:
 
 
 def split_rows(cfg: DataConfig) -> tuple[list[PromptRow], list[PromptRow]]:
-    """Training and held-out rows: the source's own splits, ``test_source``'s test split, or ``hold_out``'s part
-    of a source without a separate test split (one local file, a folder without split files)."""
-    train = _rows(cfg, cfg.train_split)
-    if cfg.test_source is not None:
-        return train, _rows(cfg.model_copy(update={"source": cfg.test_source}), cfg.test_split)
-    test = _rows(cfg, cfg.test_split)
-    return hold_out(train, cfg.test_fraction, cfg.source) if same_rows(train, test) else (train, test)
+    """``train_and_held_out``, each loading error as one line naming the source."""
+    return train_and_held_out(cfg, _rows)
 
 
 def _rows(cfg: DataConfig, split: str) -> list[PromptRow]:
@@ -252,11 +246,11 @@ def _rows(cfg: DataConfig, split: str) -> list[PromptRow]:
 
 def _check_column_names(cfg: RunConfig, rows: list[PromptRow]) -> None:
     """Dataset columns reach the rewards as keywords beside TRL's own, which a column may not shadow."""
-    taken = sorted({"prompts", "completions", *TRL_HOOKS} & {name for row in rows for name in row.columns})
+    taken = sorted(set(RESERVED_KEYWORDS) & {name for row in rows for name in row.columns})
     if taken:
         raise BadInput(
             f"data.source {cfg.data.source!r}: column {taken[0]!r} has the name of a keyword every reward gets "
-            f"(prompts, completions, {', '.join(TRL_HOOKS)}); rename it in the data"
+            f"({', '.join(RESERVED_KEYWORDS)}); rename it in the data"
         )
 
 

@@ -44,6 +44,7 @@ logger = logging.getLogger("rl.rewards")
 STARTUP_TIMEOUT_S = 120.0  # time a fresh worker gets to import and load the reward functions
 FAILURE_KINDS = ("raised", "timeout", "wrong_length", "nan", "none")
 TRL_HOOKS = ("trainer_state", "log_extra", "log_metric")  # keyword arguments every call gets besides the columns
+RESERVED_KEYWORDS = ("prompts", "completions", *TRL_HOOKS)  # what no dataset column may be named
 
 # (kind, payload, what the call logged): ("ok", values, log) or (failure kind, message, log)
 Outcome = tuple[str, Any, CallLog]
@@ -360,8 +361,8 @@ class RewardPool:
         bad = {k: len(v) for k, v in columns.items() if len(v) != n}
         if len(prompts) != n or bad:
             raise ValueError(f"{n} completions but {len(prompts)} prompts; columns of other lengths: {bad}")
-        if {"prompts", "completions", *TRL_HOOKS} & columns.keys():
-            raise ValueError(f"columns may not be named 'prompts', 'completions' or {', '.join(TRL_HOOKS)}")
+        if set(RESERVED_KEYWORDS) & columns.keys():
+            raise ValueError(f"columns may not be named {', '.join(RESERVED_KEYWORDS)}")
         return columns
 
     def _submit(self, prompts: list, completions: list, columns: dict[str, list], state: RewardState) -> list[Future]:
