@@ -205,6 +205,8 @@ def test_after_a_run_sigterm_reaches_the_commands_own_handler_again(tmp_path):
 
     cfg = small_run(tmp_path, "fleet", "train.max_steps=2", "train.max_staleness=1")
     before = signal.signal(signal.SIGTERM, commands_handler)
+    before_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a command started in the background
+    # (`cmd &`, as CI may be) inherits SIGINT ignored
 
     def no_actors(cfg, model_dir, counters):
         raise RuntimeError("no engine")
@@ -218,6 +220,7 @@ def test_after_a_run_sigterm_reaches_the_commands_own_handler_again(tmp_path):
         assert signal.getsignal(signal.SIGTERM) is commands_handler
     finally:
         signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGINT, before_int)
 
 
 class StartingWorker(FakeRolloutWorker):
