@@ -320,9 +320,10 @@ def test_hub_names_pass_without_network(monkeypatch):
         check_model_path("~/models/none/here")
 
 
-def test_an_unreachable_hub_reads_the_cache_at_once(monkeypatch):
-    """Offline, a hub name fails in one line within seconds (not a minute of retries), and the processes the run
-    starts inherit the Hub's offline mode."""
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_an_unreachable_hub_reads_the_cache_at_once(monkeypatch, capsys, nothing_starts, command):
+    """Offline, a hub name fails in one line within seconds (not a minute of retries and a traceback), for
+    ``rl train`` and ``rl eval`` alike, and the processes the command starts inherit the Hub's offline mode."""
     import datasets
     from huggingface_hub import constants
 
@@ -332,12 +333,17 @@ def test_an_unreachable_hub_reads_the_cache_at_once(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)  # switched too: restored after the test
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    args = {
+        "train": ["train", "recipes/arith_tiny.yaml", "model.path=nobody/no-such-model"],
+        "eval": ["eval", "nobody/no-such-model", "--dataset", "arith"],
+    }[command]
+    where = {"train": "model.path", "eval": "model"}[command]
     started = time.monotonic()
-    with pytest.raises(BadInput) as refused:
-        preflight(load_config("recipes/arith_tiny.yaml", ["model.path=nobody/no-such-model"]))
-    assert str(refused.value) == (
-        "model.path 'nobody/no-such-model' is not in the local Hugging Face cache, and the Hub (http://127.0.0.1:9) "
-        "cannot be reached or HF_HUB_OFFLINE is set; give a local path, or fetch it where the Hub is reachable"
+    code = main(args)
+    assert code == 2 and capsys.readouterr().err.strip() == (
+        f"bad input: {where} 'nobody/no-such-model' is not in the local Hugging Face cache, and the Hub "
+        "(http://127.0.0.1:9) cannot be reached or HF_HUB_OFFLINE is set; give a local path, or fetch it where the "
+        "Hub is reachable"
     )
     assert time.monotonic() - started < 15
     assert hub.offline() and os.environ["HF_HUB_OFFLINE"] == "1"

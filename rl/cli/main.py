@@ -120,9 +120,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         cpu_threads_bind=args.cpu_bind,
     )
-    inputs = eval_inputs(cfg, settings)  # bad input: one line from main(), before the engine starts
     if args.out:
         check_output_dir(args.out.parent, f"--out {str(args.out)!r}: its folder")
+    inputs = eval_inputs(cfg, settings)  # bad input: one line from main(), before the engine starts
     route_output(args, (args.out.parent if args.out else Path("runs/eval")) / "logs")
     report = run_eval(cfg, settings, inputs=inputs)
     print(report.table())

@@ -17,7 +17,7 @@ from typing import Any
 from rl.config import DataConfig, RunConfig
 from rl.data.source import dataset_rows, train_and_held_out
 from rl.evaluation.held_out import ProblemRecord, sample_and_score, summarize
-from rl.inputs.preflight import BadInput, check_local_cores, check_model_path, check_reward_model
+from rl.inputs.preflight import BadInput, check_local_cores, check_model_path, check_reward_model, prompt_encoder
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.checkpoint import complete_checkpoints
 from rl.models import BUILTIN_PREFIX
@@ -55,9 +55,18 @@ def resolve_eval_model(name: str) -> str:
     return check_model_path(name, "model")
 
 
-def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> tuple[str, list]:
-    """The model directory and the split's rows, with the reward functions loaded once: each problem a one-line
-    ``BadInput`` before any engine starts."""
+@dataclass
+class EvalInputs:
+    """What ``eval_inputs`` checked and loaded: the model directory, its prompt encoder, the split's rows."""
+
+    model_dir: str
+    encoder: PromptEncoder
+    rows: list[PromptRow]
+
+
+def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
+    """The model directory, its prompt encoder and the split's rows, with the reward functions loaded once: each
+    problem a one-line ``BadInput`` before any engine starts."""
     if settings.cpu_threads_bind:
         check_local_cores(settings.cpu_threads_bind, "--cpu-bind")
     model_dir = resolve_eval_model(settings.model)
@@ -79,7 +88,7 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> tuple[str, list]:
             load_reward_fn(reward.fn)
         except ValueError as e:
             raise BadInput(f"reward.functions: {e}") from None
-    return model_dir, rows
+    return EvalInputs(model_dir, prompt_encoder(model_dir, settings.model, "model"), rows)
 
 
 def same_source(a: str, b: str) -> bool:
@@ -138,7 +147,7 @@ class EvalReport:
 
 
 def run_eval(
-    cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None = None, inputs: tuple[str, list] | None = None
+    cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None = None, inputs: EvalInputs | None = None
 ) -> EvalReport:
     """Evaluate ``settings.model`` on ``cfg.data`` (split ``settings.split``).
 
@@ -150,11 +159,11 @@ def run_eval(
 
 
 async def eval_report(
-    cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None, inputs: tuple[str, list] | None = None
+    cfg: RunConfig, settings: EvalSettings, workers: list[Any] | None, inputs: EvalInputs | None = None
 ) -> EvalReport:
     """``run_eval`` inside a running event loop (where an engine already serving ``workers`` lives)."""
-    model_dir, rows = inputs or eval_inputs(cfg, settings)
-    encoder = PromptEncoder(model_dir)
+    checked = inputs or eval_inputs(cfg, settings)
+    model_dir, encoder, rows = checked.model_dir, checked.encoder, checked.rows
     max_tokens = settings.max_tokens or cfg.rollout.max_tokens
     temperature = settings.temperature
     if temperature is None:

@@ -54,7 +54,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
         for bind in cfg.rollout.cpu_threads_bind or []:
             check_local_cores(bind, "rollout.cpu_threads_bind")
     model_dir = check_model_path(cfg.model.path)
-    encoder = _encoder(model_dir, cfg.model.path)
+    encoder = prompt_encoder(model_dir, cfg.model.path)
     train, test = split_rows(cfg.data)
     _check_chat_template(encoder, cfg, train)
     _check_column_names(cfg, train)
@@ -217,14 +217,16 @@ def check_output_dir(directory: str | Path, where: str) -> Path:
     return path
 
 
-def _encoder(model_dir: str, path: str) -> PromptEncoder:
+def prompt_encoder(model_dir: str, path: str, where: str = "model.path") -> PromptEncoder:
+    """The prompt encoder of ``model_dir`` (``path`` as the user gave it, named ``where``), or a one-line
+    ``BadInput``; a hub name where the Hub cannot be reached is read from the cache only (``hub``)."""
     cache_only = not Path(model_dir).is_dir() and hub.offline_unless_reachable()  # a hub name, no Hub to ask
     try:
         return PromptEncoder(model_dir)
     except Exception as e:
         if cache_only:
-            raise BadInput(f"model.path {hub.not_cached(path)}") from None
-        raise BadInput(f"model.path {path!r}: cannot load its tokenizer ({_line(e)})") from None
+            raise BadInput(f"{where} {hub.not_cached(path)}") from None
+        raise BadInput(f"{where} {path!r}: cannot load its tokenizer ({_line(e)})") from None
 
 
 def split_rows(cfg: DataConfig) -> tuple[list[PromptRow], list[PromptRow]]:
