@@ -29,6 +29,16 @@ ACCURACY_CASES = [
     (r"first \boxed{5} wait, no, 2+2 is 4", "5", 1.0),
     (r"\boxed{10}", "$10$", 1.0),
     ("no answer here", "3", 0.0),
+    # a numeric answer left as the question's arithmetic is not an answer (a policy echoing "43 + 12" scored 1.0)
+    ("43 + 12", "55", 0.0),
+    ("The answer is 43 + 12.", "55", 0.0),
+    (r"\boxed{43+12}", "55", 0.0),
+    (r"\boxed{7 \times 8}", "56", 0.0),
+    ("43 + 12 = 55", "55", 1.0),
+    (r"\boxed{1\frac{1}{2}}", r"\frac{3}{2}", 1.0),
+    (r"\boxed{2^{10}}", "1024", 1.0),
+    (r"\boxed{2+\sqrt{3}}", r"2+\sqrt{3}", 1.0),
+    ("12 + 43", "12 + 43", 1.0),
     ("", "3", 0.0),
 ]
 

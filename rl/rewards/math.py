@@ -35,9 +35,10 @@ def math_accuracy(prompts: list, completions: list, answer: list, **columns) -> 
     """1.0 if the completion's final answer equals ``answer`` under math-verify, else 0.0.
 
     The final answer is a ``\\boxed{}`` expression, else what follows the last ``####`` or ``answer:``,
-    else whatever math-verify extracts (the last LaTeX or plain expression). A gold answer that cannot be
-    parsed gives ``None`` (no reward for that sample). math-verify's signal-based timeouts are used only
-    in the main thread; elsewhere they are off and the reward pool's timeout bounds the call.
+    else whatever math-verify extracts (the last LaTeX or plain expression). Where ``answer`` is a number, a final
+    answer left as a sum or product of numbers (``43 + 12`` for 55: the question echoed) scores 0.0. A gold answer
+    that cannot be parsed gives ``None`` (no reward for that sample). math-verify's signal-based timeouts are used
+    only in the main thread; elsewhere they are off and the reward pool's timeout bounds the call.
     """
     timeout = _MATH_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
     rewards: list[float | None] = []
@@ -47,8 +48,23 @@ def math_accuracy(prompts: list, completions: list, answer: list, **columns) -> 
             rewards.append(None)
             continue
         pred = parse(_final_answer(completion_text(completion)), parsing_timeout=timeout)
+        if pred and _is_number(gold_parsed[0]) and _unevaluated_arithmetic(pred[0]):
+            rewards.append(0.0)
+            continue
         rewards.append(float(bool(pred) and verify(gold_parsed, pred, timeout_seconds=timeout)))
     return rewards
+
+
+def _is_number(expr: object) -> bool:
+    return bool(getattr(expr, "is_Number", False))
+
+
+def _unevaluated_arithmetic(expr: object) -> bool:
+    """Whether math-verify's parse is a sum or product of integers or decimals left as written (``43 + 12``,
+    ``7*8``); a mixed number (``1\\frac{1}{2}``) is not one."""
+    if not (getattr(expr, "is_Add", False) or getattr(expr, "is_Mul", False)):
+        return False
+    return all(arg.is_Integer or arg.is_Float for arg in expr.args)  # type: ignore[attr-defined]
 
 
 def format_reward(prompts: list, completions: list, **columns) -> list[float]:
