@@ -53,6 +53,12 @@ class SoakSchedule:
     sigkill_at: int = 55
     sigterm_at: int | None = 85  # None: no SIGTERM (the tests' soak; tests/test_e2e_resume.py covers it)
 
+    @property
+    def min_steps(self) -> int:
+        """The fewest steps that see every fault and still train after the last: a SIGTERM stops the run at the end
+        of the step in progress (one or two past ``sigterm_at``), and a resume needs a step left to train."""
+        return max(at for at, _ in self.events()) + 5 if self.events() else 1
+
     def events(self) -> list[tuple[int, str]]:
         """The faults the soak itself delivers, in step order."""
         events = [

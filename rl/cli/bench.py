@@ -279,9 +279,10 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
     from rl.bench.soak import SoakFailed, SoakSchedule, run_soak, soak_table, write_soak
 
     schedule = SoakSchedule(steps=args.steps)
-    if args.steps <= schedule.sigterm_at:
+    need = SoakSchedule(steps=sys.maxsize).min_steps
+    if args.steps < need:
         print(
-            f"invalid benchmark options: --steps must exceed {schedule.sigterm_at} to strike every fault",
+            f"invalid benchmark options: --steps must be at least {need} to strike every fault and train after it",
             file=sys.stderr,
         )
         return 2
@@ -301,7 +302,7 @@ def _add_bench_soak(bench: argparse._SubParsersAction) -> None:
     soak = bench.add_parser("soak", help="train while killing workers, failing rewards and losses, killing the run")
     soak.add_argument("recipe", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")
     soak.add_argument("overrides", nargs="*", help="key.path=value overrides for the run")
-    soak.add_argument("--steps", type=positive, default=120, help="optimizer steps (default 120; more than 85)")
+    soak.add_argument("--steps", type=positive, default=120, help="optimizer steps (default 120; at least 90)")
     soak.add_argument("--out", type=Path, help="output directory (default runs/bench-soak-RECIPE)")
     soak.set_defaults(func=cmd_bench_soak)
 
