@@ -13,6 +13,7 @@ import pytest
 from user_run import user_env
 
 from rl.loop import cluster
+from rl.loop.processes import wait_for
 
 pytestmark = pytest.mark.integration(seconds=75)  # starts a Ray cluster, real vLLM and torch
 
@@ -24,6 +25,24 @@ def loopback_cluster():
     started = cluster.start(folder, nodes=4, cpus_per_node=2)
     yield started
     cluster.stop(folder, grace_s=1)  # nothing of the run is left to end gently
+    # nothing of the cluster outlives it: not a node's process, not the head's Ray Client server (which names no
+    # folder, only the head's address)
+    assert wait_for(lambda: not _processes_naming(str(folder), f"--address={started.address} "), 10), _processes_naming(
+        str(folder), f"--address={started.address} "
+    )
+
+
+def _processes_naming(*marks: str) -> list[str]:
+    """The command lines of live processes that hold any of ``marks``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if proc.name.isdigit() and any(mark in line for mark in marks):
+            found.append(line[:200])
+    return found
 
 
 def start_rl_train(c: cluster.LoopbackCluster, out: Path, *overrides: str) -> subprocess.Popen:

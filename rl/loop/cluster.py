@@ -125,7 +125,9 @@ def stop(folder: Path, grace_s: float = 10.0) -> list[int]:
     too, once empty: nothing else in it is touched); returns the process ids ended."""
     if not any((f / STATE_FILE).is_file() for f in (folder, folder.parent)):
         raise ValueError(f"{folder} holds no loopback cluster (no {STATE_FILE}): nothing stopped")
-    pids = _cluster_processes(folder)
+    state = folder / STATE_FILE  # the whole cluster, not one node's folder: its head's address marks its client server
+    address = json.loads(state.read_text())["address"] if state.is_file() else None
+    pids = _cluster_processes(folder, address)
     for pid in pids:
         _signal(pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
     deadline = time.monotonic() + grace_s
@@ -151,17 +153,20 @@ def _remove_cluster_files(folder: Path) -> None:
         folder.rmdir()
 
 
-def _cluster_processes(folder: Path) -> list[int]:
-    """Processes whose command line names ``folder`` (GCS, raylets, agents, monitors) and all their descendants
-    (workers and actors, started by a raylet)."""
+def _cluster_processes(folder: Path, address: str | None = None) -> list[int]:
+    """Processes whose command line names ``folder`` (GCS, raylets, agents, monitors) or, given the head's
+    ``address``, takes it as ``--address`` (the head's Ray Client server, which names no folder), and all their
+    descendants (workers and actors, started by a raylet)."""
     mark = os.path.join(folder.resolve(), "")  # with its separator: n1 must not match n10
+    client = f"--address={address} " if address else None  # with a space: port 3939 must not match 39393
     parents: dict[int, int] = {}
     roots = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            if mark in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if mark in line or (client and client in line):
                 roots.append(int(proc.name))
             parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):  # the process ended while being read
