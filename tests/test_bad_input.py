@@ -494,6 +494,13 @@ COMMANDS = [
     ),
     ("train_unknown_option", lambda t: ["train", "arith_tiny", "--lr", "1"], 2, "unrecognized arguments", USAGE),
     (
+        "train_context_past_the_model",  # vLLM refused it in the engine: 146 lines after Ray and the engine started
+        lambda t: ["train", "arith_tiny", "rollout.max_model_len=300", f"output_dir={t}"],
+        2,
+        "rollout.max_model_len (300) is more than the model's 256 positions (its config.json); set",
+        1,
+    ),
+    (
         "eval_missing_model",
         lambda t: ["eval", "/path/that/does/not/exist", "--dataset", "arith"],
         2,

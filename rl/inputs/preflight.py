@@ -55,6 +55,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
             check_local_cores(bind, "rollout.cpu_threads_bind")
     model_dir = check_model_path(cfg.model.path)
     encoder = prompt_encoder(model_dir, cfg.model.path)
+    _check_context_length(model_dir, cfg.rollout.max_model_len)
     train, test = split_rows(cfg.data)
     _check_chat_template(encoder, cfg, train)
     _check_column_names(cfg, train)
@@ -227,6 +228,30 @@ def prompt_encoder(model_dir: str, path: str, where: str = "model.path") -> Prom
         if cache_only:
             raise BadInput(f"{where} {hub.not_cached(path)}") from None
         raise BadInput(f"{where} {path!r}: cannot load its tokenizer ({_line(e)})") from None
+
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
+
+
+def _check_context_length(model_dir: str, max_model_len: int) -> None:
+    """``rollout.max_model_len`` within the positions the model's config gives (as vLLM reads them); a model that
+    scales RoPE, or whose config does not load here, is left to the engine."""
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(model_dir)
+        text = config.get_text_config()
+    except Exception:
+        return
+    rope = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        return
+    positions = [value for key in POSITION_KEYS if isinstance(value := getattr(text, key, None), int)]
+    if positions and max_model_len > min(positions):
+        raise BadInput(
+            f"rollout.max_model_len ({max_model_len}) is more than the model's {min(positions)} positions (its "
+            f"config.json); set rollout.max_model_len to at most {min(positions)}, with rollout.max_tokens below it"
+        )
 
 
 def split_rows(cfg: DataConfig) -> tuple[list[PromptRow], list[PromptRow]]:
