@@ -58,7 +58,7 @@ def _model(tmp_path: Path, renders_tools: bool = True) -> Path:
     tok.save_pretrained(out)
     header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
     (out / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
-    (out / "config.json").write_text('{"model_type": "llama"}')
+    (out / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 8192}')
     return out
 
 
