@@ -77,7 +77,7 @@ def test_a_step_writes_its_first_completions_group_by_group():
         "completion": "a-answer0",
         "reward": 1.0,
         "advantage": 1.0 - 1 / 3,
-        "rewards": {"arith_exact": 1.0, "model:/rm": 0.5},
+        "rewards": {"arith_exact": 1.0, "rm": 0.5},  # the names the metrics use (reward_names)
         "extra": {"judge_note": "note0"},
     }
     assert completion_rows(4, groups, limit=0) == []
@@ -90,7 +90,7 @@ def test_a_step_writes_its_first_completions_group_by_group():
         "reward",
         "advantage",
         "arith_exact",
-        "model:/rm",
+        "rm",
     ] + ["judge_note"]
     assert data == [[4, "a", "a?", "a-answer0", 1.0, 1.0 - 1 / 3, 1.0, 0.5, "note0"]]
 

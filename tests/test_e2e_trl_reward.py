@@ -117,7 +117,7 @@ def test_trainer_state_logs_and_a_reward_model_through_a_real_run(
     assert [(r["reward/global_step"], r["reward/progress"]) for r in train] == [(0, 0), (1, 1 / 3), (2, 2 / 3)]
     rows = [json.loads(line) for line in (run_dir / "completions.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1] * 6 + [2] * 6 + [3] * 6  # a group of 4 and half the next, each step
-    schedule, model = f"{tmp_path / 'schedule.py'}:length_schedule", f"model:{tiny_reward_model}"
+    schedule, model = "length_schedule", Path(tiny_reward_model).name  # the names of rewards/NAME/mean
     for r in rows:
         target = 4 + 8 * (r["step"] - 1)  # the schedule moved with the step
         assert r["extra"] == {"target": target}

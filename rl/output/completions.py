@@ -1,13 +1,16 @@
 """Each step's sampled completions, to read what the policy writes: ``RUN_DIR/completions.jsonl`` (and a W&B table).
 
 One JSON line per completion: ``step``, ``prompt_id``, ``prompt``, ``completion``, ``reward`` (the weighted sum),
-``advantage``, ``rewards`` (each reward function's value) and ``extra`` (the ``log_extra`` columns). A step writes
-its first ``logging.completions_per_step`` completions in training order, group by group, so whole groups come first.
+``advantage``, ``rewards`` (each reward function's value, by its name in ``reward_names``) and ``extra`` (the
+``log_extra`` columns). A step writes its first ``logging.completions_per_step`` completions in training order,
+group by group, so whole groups come first.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +19,19 @@ from rl.types import Group
 FILE = "completions.jsonl"
 
 
+def reward_names(specs: Iterable[str]) -> dict[str, str]:
+    """Each reward spec's name in the logs, as TRL names a reward function: its own name (``file.py:fn`` gives
+    ``fn``, ``model:DIR`` the folder's name); the whole spec where two functions share a name."""
+    short = {spec: re.split(r"[:/]", spec.rstrip("/"))[-1] for spec in specs}
+    return {spec: name if list(short.values()).count(name) == 1 else spec for spec, name in short.items()}
+
+
 def completion_rows(step: int, groups: list[Group], limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` completions of ``groups`` (advantages assigned) as records of step ``step``."""
     rows: list[dict[str, Any]] = []
     for group in groups:
         log = group.reward_log
+        names = reward_names(log.functions)
         for i, (sample, advantage) in enumerate(zip(group.samples, group.advantages, strict=True)):
             if len(rows) >= limit:
                 return rows
@@ -32,7 +43,7 @@ def completion_rows(step: int, groups: list[Group], limit: int) -> list[dict[str
                     "completion": sample.text,
                     "reward": sample.reward,
                     "advantage": float(advantage),
-                    "rewards": {name: values[i] for name, values in log.functions.items()},
+                    "rewards": {names[spec]: values[i] for spec, values in log.functions.items()},
                     "extra": {column: values[i] for column, values in log.extra.items()},
                 }
             )

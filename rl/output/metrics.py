@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rl.output.completions import CompletionsFile, table
+from rl.output.completions import CompletionsFile, reward_names, table
 from rl.types import Group
 
 log = logging.getLogger("rl.metrics")
@@ -86,14 +86,13 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
 
 
 def per_function_rewards(groups: list[Group]) -> dict[str, float]:
-    """TRL's ``rewards/NAME/mean`` and ``rewards/NAME/std`` over the batch's scored samples, NAME the function's own
-    name (``file.py:fn`` gives ``fn``; the whole spec where two functions share a name)."""
+    """TRL's ``rewards/NAME/mean`` and ``rewards/NAME/std`` over the batch's scored samples, NAME the function's
+    (``reward_names``)."""
     values: dict[str, list[float]] = {}
     for group in groups:
         for spec, scored in group.reward_log.functions.items():
             values.setdefault(spec, []).extend(v for v in scored if v is not None)
-    short = {spec: re.split(r"[:/]", spec)[-1] for spec in values}
-    names = {spec: name if list(short.values()).count(name) == 1 else spec for spec, name in short.items()}
+    names = reward_names(values)
     out = {}
     for spec, scored in values.items():
         if scored:
