@@ -23,6 +23,7 @@ from typing import Any
 log = logging.getLogger("rl.models")
 
 BUILTIN_PREFIX = "builtin:"
+BUILTIN_MODELS = ("arith-tiny", "calc-tiny", "smollm2-135m")  # builtin:NAME, each built by resolve_model
 TINY_ARCH = dict(
     hidden_size=128,
     intermediate_size=256,
@@ -53,10 +54,10 @@ def resolve_model(name: str) -> str:
         return name
     from rl.calc_tiny import build_calc_tiny
 
-    builders = {"arith-tiny": build_arith_tiny, "calc-tiny": build_calc_tiny, "smollm2-135m": build_smollm2}
+    builders = dict(zip(BUILTIN_MODELS, (build_arith_tiny, build_calc_tiny, build_smollm2), strict=True))
     key = name[len(BUILTIN_PREFIX) :]
     if key not in builders:
-        raise ValueError(f"unknown builtin model {name!r}; known: {sorted(builders)}")
+        raise ValueError(f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
     return str(builders[key]())
 
 

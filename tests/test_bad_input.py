@@ -516,6 +516,13 @@ COMMANDS = [
     ),
     ("eval_empty_dir", lambda t: ["eval", str(t), "--dataset", "arith"], 2, "is neither an HF model directory", 1),
     ("eval_without_dataset", lambda t: ["eval", _model(t)], 2, "rl eval: give --dataset (arith, a preset", 1),
+    (
+        "eval_mistyped_run_dir",  # not "give --dataset", which a run directory does not need
+        lambda t: ["eval", str(t / "runs" / "arith_tinny")],
+        2,
+        "bad input: model '",
+        1,
+    ),
     ("eval_unknown_builtin", lambda t: ["eval", "builtin:nope", "--dataset", "arith"], 2, "unknown builtin model", 1),
     (
         "eval_missing_dataset",
@@ -788,7 +795,7 @@ def test_a_reward_returning_none_for_every_sample_is_a_warning(tmp_path, capsys)
     assert "return a float for every sample (0.0 for a wrong answer)" in err
     summary = {"stopped_by": "SIGINT", "reward_failures": {"none": 32, "raised": 0}, "scored_samples": 32}
     text = run_summary(summary, tmp_path)
-    assert "warning: every reward function returned None for every sample" in text and "note:" not in text
+    assert "warning: every reward function returned None for all 32 samples" in text and "note:" not in text
     assert "for 3 of 32 samples" in run_summary({**summary, "reward_failures": {"none": 3}}, tmp_path)
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 from rl.cli.bench import add_bench
 from rl.cli.common import add_verbose, checked_config, positive, recipe_path, route_output
 from rl.loop.processes import Terminated
+from rl.models import BUILTIN_MODELS
 
 if TYPE_CHECKING:
     from rl.config import RunConfig
@@ -87,13 +88,21 @@ def _continue_from(run_dir: Path) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rl.config import load_config
-    from rl.evaluation.offline import EvalSettings, eval_inputs, recipe_for_dataset, run_eval, same_source
+    from rl.evaluation.offline import (
+        EvalSettings,
+        eval_inputs,
+        recipe_for_dataset,
+        resolve_eval_model,
+        run_eval,
+        same_source,
+    )
     from rl.inputs.preflight import check_output_dir
 
     run_config = Path(args.model) / "config.yaml"  # a run directory: its own framing, rewards and data
     if not run_config.is_file() or (Path(args.model) / "config.json").exists():
         run_config = None
     if args.dataset is None and run_config is None:
+        resolve_eval_model(args.model)  # a path that is no model or run says so first (BadInput)
         print("rl eval: give --dataset (arith, a preset, a hub dataset or a file) for a model", file=sys.stderr)
         return 2
     recipe = args.recipe or (str(run_config) if run_config else recipe_for_dataset(args.dataset))
@@ -207,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
     models = sub.add_parser("models", help="offline models").add_subparsers(dest="models_cmd", required=True)
     build = models.add_parser("build", help="build a builtin model into the cache")
-    build.add_argument("name", choices=["arith-tiny", "calc-tiny", "smollm2-135m"])
+    build.add_argument("name", choices=BUILTIN_MODELS)
     build.set_defaults(func=cmd_models_build)
     add_bench(sub)
     _add_cluster(sub)

@@ -21,7 +21,7 @@ from rl.config import DataConfig, RewardFn, RolloutConfig, RunConfig
 from rl.data.source import dataset_rows, train_and_held_out
 from rl.inputs import hub
 from rl.inputs.prompting import PromptEncoder
-from rl.models import BUILTIN_PREFIX, resolve_model
+from rl.models import BUILTIN_MODELS, BUILTIN_PREFIX, resolve_model
 from rl.rewards.hooks import CallLog, RewardState
 from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import RESERVED_KEYWORDS, TRL_HOOKS, call_reward, reward_values
@@ -123,8 +123,8 @@ def check_model_path(path: str, key: str = "model.path", weights: bool = True) -
         return str(local)
     if path.startswith((".", "/", "~")) or not _HUB_NAME.fullmatch(path):
         raise BadInput(
-            f"{key} {path!r} does not exist; give a local model directory, builtin:arith-tiny, "
-            f"builtin:smollm2-135m or a hub name like Qwen/Qwen2.5-0.5B-Instruct"
+            f"{key} {path!r} does not exist; give a local model directory, builtin:NAME "
+            f"({', '.join(BUILTIN_MODELS)}) or a hub name like Qwen/Qwen2.5-0.5B-Instruct"
         )
     return path
 

@@ -238,7 +238,7 @@ def eval_line(tag: str, step: int, metrics: dict[str, float]) -> str:
 
 def unscored_warning(unscored: int, samples: int) -> str:
     """The summary's line for samples that every reward function returned None for (TRL warns of them too)."""
-    which = "every sample" if unscored >= samples else f"{unscored} of {samples} samples"
+    which = f"all {samples} samples" if unscored >= samples else f"{unscored} of {samples} samples"
     return (
         f"warning: every reward function returned None for {which}, which counted as a reward failure (reward "
         f"0.0, or dropped with reward.on_failure=drop); return a float for every sample (0.0 for a wrong answer)"
