@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from small_runs import on_the_warm_engine, small_run
 from rl.data.stream import PromptStream
 from rl.inputs.preflight import preflight
 from rl.loop import checkpoint
-from rl.loop.driver import Driver, RunFailed
+from rl.loop.driver import Driver
 from rl.loop.processes import alive, kill_tree, wait_for
 from rl.output.metrics import read_records
 
@@ -166,7 +167,10 @@ def test_a_resumed_darts_sart_run_restores_its_shaping_state_and_trainer(rollout
     weights[name] = weights[name] + 1e-3
     save_file(weights, damaged / "model.safetensors", metadata={"format": "pt"})
     third_cfg, path = checkpoint.resume_config(cfg.run_dir, ["train.max_steps=4"])
-    with pytest.raises(RunFailed, match="the trainer state loaded differs from the one saved"):
+    refused = "the trainer state loaded differs from the one saved: the checkpoint is damaged; remove it to resume "
+    with pytest.raises(checkpoint.CheckpointError, match=f"{refused}from step_000002"):
         asyncio.run(Driver(third_cfg, resume=path, start_actors=warm).run())
     resumes = [r for r in read_records(cfg.run_dir / "metrics.jsonl")[0] if r["kind"] == "resume"]
     assert [(r["step"], r["trainer_digest_equal"]) for r in resumes] == [(2, 1.0), (3, 0.0)]
+    shutil.rmtree(damaged)  # as the refusal says: the resume then starts from the checkpoint before it
+    assert checkpoint.step_of(checkpoint.resume_config(cfg.run_dir, ["train.max_steps=4"])[1]) == 2

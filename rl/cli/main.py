@@ -58,6 +58,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 2
     try:
         summary = asyncio.run(driver.run())
+    except CheckpointError as e:  # found only once the checkpoint is loaded: a damaged one
+        print(f"cannot resume: {e}", file=sys.stderr)
+        return 2
     except RunFailed as e:
         if e.summary is not None:  # summary.json and the failures counted, as a finished run's
             from rl.output.console import run_summary

@@ -120,7 +120,7 @@ class Driver:
         if cfg.weight_sync.transport != "cpu" and not ray.cluster_resources().get("GPU"):
             if owns_ray:
                 ray.shutdown()
-            raise ValueError("weight_sync.transport=nccl needs GPUs; this Ray cluster has none")
+            raise RunFailed("weight_sync.transport=nccl needs GPUs, and this Ray cluster has none; use transport=cpu")
         r = cfg.reward
         self.rewards = RewardPool([(f.spec, f.weight) for f in r.functions], r.num_workers, r.timeout_s, r.on_failure)
         self.fleet_started = time.monotonic()
@@ -389,8 +389,10 @@ class Driver:
         resumed = {"trainer_digest_equal": float(equal), "replayed_groups": float(saved["in_flight"])}
         self.logger.log(self.version, resumed, kind="resume")
         if not equal:
-            damaged = "the trainer state loaded differs from the one saved; the checkpoint is damaged"
-            raise RunFailed(f"{self.resume}: {damaged}")
+            older = [c for c in checkpoint.complete_checkpoints(self.cfg.run_dir) if c != self.resume]
+            fix = f"remove it to resume from {older[-1].name}" if older else "it is the run's only one: start anew"
+            damaged = f"the trainer state loaded differs from the one saved: the checkpoint is damaged; {fix}"
+            raise checkpoint.CheckpointError(f"{self.resume}: {damaged}")
         self.admission.accepted = self.version * self.cfg.train.batch_groups  # every trained group, as if run on
         await self.weights.publish(self.version, None)
         self.counters.replayed_groups += saved["in_flight"]
