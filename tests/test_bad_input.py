@@ -787,6 +787,17 @@ def test_every_command_answers_bad_input_before_anything_starts(
     assert ray.is_initialized() == ray_before
 
 
+def test_nccl_weights_on_a_machine_without_gpus_are_refused_before_ray(tmp_path, capsys, nothing_starts):
+    """It started Ray and then died with a 20-line traceback; a cluster's GPUs are checked once Ray is up."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: NCCL weight transport is allowed")
+    assert _run(["train", "arith_tiny", "weight_sync.transport=nccl", f"output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "bad input: weight_sync.transport=nccl needs GPUs, and this machine has none; use transport=cpu"
+
+
 def test_a_reward_returning_none_for_every_sample_is_a_warning(tmp_path, capsys):
     body = "def r(completions, **kw):\n    return [None] * len(completions)\n"
     preflight(load_config("recipes/arith_tiny.yaml", _bad_reward(tmp_path, body)))

@@ -50,9 +50,10 @@ class RunInputs:
 
 def preflight(cfg: RunConfig) -> RunInputs:
     """Check the model, data and rewards of ``cfg``; raises ``BadInput`` with one line for the first problem."""
-    if cfg.ray.address is None:  # a local Ray: the rollout workers run on this machine's cores
+    if cfg.ray.address is None:  # a local Ray: the rollout workers run on this machine's cores and GPUs
         for bind in cfg.rollout.cpu_threads_bind or []:
             check_local_cores(bind, "rollout.cpu_threads_bind")
+        _check_local_gpus(cfg)
     model_dir = check_model_path(cfg.model.path)
     encoder = prompt_encoder(model_dir, cfg.model.path)
     _check_context_length(model_dir, cfg.rollout.max_model_len)
@@ -228,6 +229,14 @@ def prompt_encoder(model_dir: str, path: str, where: str = "model.path") -> Prom
         if cache_only:
             raise BadInput(f"{where} {hub.not_cached(path)}") from None
         raise BadInput(f"{where} {path!r}: cannot load its tokenizer ({_line(e)})") from None
+
+
+def _check_local_gpus(cfg: RunConfig) -> None:
+    """NCCL weight transport only where there are GPUs (a cluster's are checked once Ray is up)."""
+    import torch
+
+    if cfg.weight_sync.transport == "nccl" and not torch.cuda.is_available():
+        raise BadInput("weight_sync.transport=nccl needs GPUs, and this machine has none; use transport=cpu")
 
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
