@@ -74,9 +74,20 @@ def test_resume_refuses_with_one_line(tmp_path, setup, overrides, message):
 def test_a_new_run_over_an_old_one_starts_over(tmp_path, caplog):
     cfg = _run(tmp_path)
     _write_checkpoint(cfg, 10)
+    earlier = MetricsLogger(cfg.run_dir)  # the earlier run's TensorBoard events: step 1 and 2 of its loss
+    for step in (1, 2):
+        earlier.log(step, {"loss": 0.5})
+    earlier.close()
+    for name in ("summary.json", "report.md"):
+        (cfg.run_dir / name).write_text("{}")
+    (cfg.run_dir / "plots").mkdir()
+    (cfg.run_dir / "logs").mkdir(exist_ok=True)
     checkpoint.start_fresh(cfg.run_dir)
     assert checkpoint.complete_checkpoints(cfg.run_dir) == []
     assert "starting over" in caplog.text and "--resume" in caplog.text
+    # TensorBoard would show both runs' step 1 and 2; a stale summary or report would describe the old run
+    assert [n for n in ("tb", "summary.json", "report.md", "plots") if (cfg.run_dir / n).exists()] == []
+    assert (cfg.run_dir / "logs").is_dir()  # the new run's own logs are already there
 
 
 def test_metrics_of_a_resumed_run_hold_each_step_once(tmp_path):

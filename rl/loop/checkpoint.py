@@ -156,8 +156,13 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
     return cfg, checkpoint
 
 
+EARLIER_OUTPUTS = ("tb", "summary.json", "report.md", "plots")  # TensorBoard, rl train's summary, rl report's
+
+
 def start_fresh(run_dir: Path) -> None:
-    """A new run in ``run_dir``: an earlier run's checkpoints there are removed, with a warning saying so."""
+    """A new run in ``run_dir``: an earlier run's checkpoints there are removed, with a warning saying so, and its
+    outputs that the new run would not overwrite at once (``metrics.jsonl`` and ``completions.jsonl`` start anew
+    with the run's logger); ``logs/`` already holds the new run's."""
     found = complete_checkpoints(run_dir)
     if found:
         log.warning(
@@ -168,6 +173,12 @@ def start_fresh(run_dir: Path) -> None:
             run_dir,
         )
     shutil.rmtree(run_dir / CHECKPOINTS, ignore_errors=True)
+    for name in EARLIER_OUTPUTS:
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def begin(run_dir: Path, step: int) -> Path:
