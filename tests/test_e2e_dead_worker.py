@@ -4,6 +4,7 @@ replacement when it was the only one."""
 import asyncio
 import contextlib
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -91,8 +92,9 @@ def assert_evaluated_on_every_problem(summary: dict, run_dir: Path) -> None:
     assert summary["accuracy_after"] == after["accuracy"] and (after["accuracy"] * 8).is_integer()
 
 
-def test_run_survives_a_dead_rollout_worker(rollout_worker, tiny_model_dir, tmp_path):
+def test_run_survives_a_dead_rollout_worker(rollout_worker, tiny_model_dir, tmp_path, caplog):
     """Two engines, the session's warm one and one of the run's own; the run's own dies."""
+    caplog.set_level(logging.INFO)
     cfg = small_run(
         tmp_path,
         "dead",
@@ -110,6 +112,9 @@ def test_run_survives_a_dead_rollout_worker(rollout_worker, tiny_model_dir, tmp_
     train = records(tmp_path / "dead", "train")
     assert [r["step"] for r in train] == [1, 2, 3, 4]
     assert train[-1]["rollout_errors"] == summary["rollout_errors"]  # the train records carry the same count
+    # one line says the worker died, not one (with Ray's multi-line OOM hint) per group it held
+    shown = [r.getMessage() for r in caplog.records if r.name.startswith("rl") and r.levelno >= logging.INFO]
+    assert sum("a rollout worker died" in m for m in shown) == 1 and not [m for m in shown if "failed:" in m]
     # train.save_checkpoint=false (tests/small_runs.py): no checkpoint, not even the final one
     assert summary["checkpoint"] is None and not (tmp_path / "dead" / "checkpoints").exists()
 

@@ -261,9 +261,11 @@ class Driver:
         except Exception as e:  # a dead worker or a failed call: count it, free the slot, go on
             self.counters.rollout_errors += 1
             self._finish(position)
-            log.error("group %s failed: %s", row.prompt_id, e)
-            if isinstance(e, RayActorError):
+            if isinstance(e, RayActorError):  # the pool says once that the worker died; each of its groups, here
+                log.debug("group %s failed: %s", row.prompt_id, e)
                 self._lost(worker)
+            else:
+                log.error("group %s failed: %s", row.prompt_id, e)
             if self.counters.rollout_errors > 10 * self.cfg.train.batch_groups:
                 self._stop("too many rollout errors")
         finally:

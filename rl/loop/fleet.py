@@ -77,7 +77,7 @@ class RolloutPool:
         if worker in self.live:
             self.live.remove(worker)
             self.counters.dead_workers += 1
-            log.error("a rollout worker died; %d left", len(self.live))
+            log.error("a rollout worker died (its groups in flight count as rollout_errors); %d left", len(self.live))
             if self.start_worker is not None and self.counters.dead_workers <= self.max_restarts:
                 self.restarting += 1
                 task = asyncio.create_task(self._replace(self.started.index(worker), load_current, on_exhausted))
