@@ -36,8 +36,9 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     rollout.add_argument("--temperature", type=float, help="sampling temperature (default 1.0)")
     rollout.add_argument(
         "--modes",
-        help="comma list of raw,plain,darts,sart,darts+sart,darts+tie,darts+sart+tie (default all); a shaped "
-        "mode may carry its own shaping knobs: darts+sart@long_wait=1.5",
+        help="comma list of raw,plain,darts,sart,darts+sart,darts+tie,darts+sart+tie (default all but shadow) "
+        "and shadow (launches as many samples as the widest mode, aborts none: natural lengths); a shaped mode "
+        "may carry its own shaping knobs: darts+sart@long_wait=1.5",
     )
     rollout.add_argument("--repeats", type=int, help="timed passes per mode, each on new prompts (default 1)")
     rollout.add_argument("--seed", type=int, help="prompt seed of the first repeat (default 0)")
