@@ -299,9 +299,10 @@ def start_logging(verbose: bool) -> None:
     such as TRL's in ``rl bench peer``; preflight's reward call) is as calm as what runs after it."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if not verbose:
-        from rl.output.console import ConsoleFilter
+        from rl.output.console import ConsoleFilter, console_formatter
 
         for handler in logging.getLogger().handlers:
+            handler.setFormatter(console_formatter())  # as after the output is routed
             handler.addFilter(ConsoleFilter())
         logging.captureWarnings(True)
 

@@ -90,6 +90,11 @@ class LineSieve:
         return keep
 
 
+def console_formatter() -> logging.Formatter:
+    """How a record looks on the console: ``12:03:44 INFO message``."""
+    return logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+
+
 class ConsoleFilter(logging.Filter):
     """Tailor's own records from INFO up; other libraries' from WARNING up, ``QUIET`` ones left out."""
 
@@ -158,7 +163,7 @@ def route(log_dir: Path) -> None:
     sys.stdout, sys.stderr = terminal_out, terminal_err
     _state.update(pump=pump, drained=drained, out=terminal_out, err=terminal_err, log_dir=log_dir)
     handler = logging.StreamHandler(terminal_err)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    handler.setFormatter(console_formatter())
     handler.addFilter(ConsoleFilter())
     root = logging.getLogger()
     for old in root.handlers[:]:
