@@ -63,12 +63,17 @@ def test_engines_resume_even_when_the_send_fails():
 
 @pytest.mark.integration
 def test_nccl_on_a_cluster_without_gpus_fails_before_any_actor(ray_session, tiny_model_dir, tmp_path):
+    """On this machine preflight refuses it (tests/test_bad_input.py); a cluster's GPUs are known only once Ray is
+    up: the session's Ray stands in for one, the inputs checked as a run with the CPU route would be."""
     from small_runs import small_run
 
-    from rl.loop.driver import Driver
+    from rl.inputs.preflight import preflight
+    from rl.loop.driver import Driver, RunFailed
 
-    driver = Driver(small_run(tmp_path, "nccl", "weight_sync.transport=nccl"))
-    with pytest.raises(ValueError, match="needs GPUs"):
+    cfg = small_run(tmp_path, "nccl", "weight_sync.transport=nccl")
+    inputs = preflight(small_run(tmp_path, "nccl", "weight_sync.transport=cpu"))
+    driver = Driver(cfg, inputs)
+    with pytest.raises(RunFailed, match="needs GPUs, and this Ray cluster has none"):
         asyncio.run(driver.run())
     assert not hasattr(driver, "fleet")  # no actor was started: ``run`` sets the fleet only once it starts them
     run_dir = tmp_path / "nccl"
