@@ -183,6 +183,11 @@ CASES = [
     ),
     ("reward_exits_on_import", lambda t: _bad_reward(t, "import sys\nsys.exit(1)\n"), "failed: SystemExit: 1"),
     (
+        "reward_needs_a_column_the_data_lacks",  # it said only "TypeError: r() missing 1 required positional argument"
+        lambda t: _bad_reward(t, "def r(completions, solution, **kw):\n    return [0.0] * len(completions)\n"),
+        "it needs 'solution', which the data has no column for; give data with it or drop the reward",
+    ),
+    (
         "corrupt_safetensors",
         lambda t: [f"model.path={_model(t, CORRUPT_WEIGHTS)}"],
         "model.safetensors is not a readable safetensors file (header length 18446744073709551615 exceeds the file's "

@@ -457,12 +457,20 @@ def check_reward(
         raise BadInput(f"{where}: it exited ({outcome['exited']}); a reward returns a list of floats, it does not exit")
     if "error" in outcome:
         arguments = ", ".join(["prompts", "completions", *columns, *TRL_HOOKS])
+        if missing := _MISSING_ARGUMENTS.search(outcome["error"]):  # a column the reward needs and the data lacks
+            raise BadInput(
+                f"{where}: it needs {missing.group(1)}, which the data has no column for; give data with it or "
+                f"drop the reward (a reward gets the keyword arguments {arguments})"
+            )
         raise BadInput(f"{where}: {outcome['error']} (a reward gets the keyword arguments {arguments})")
     if "bad_output" in outcome:
         raise BadInput(f"{where}: {outcome['bad_output']}")
     if len(outcome["values"]) != 1:
         raise BadInput(f"{where}: returned {len(outcome['values'])} values for 1 completion")
     return outcome["values"][0]
+
+
+_MISSING_ARGUMENTS = re.compile(r"^TypeError: \S+\(\) missing \d+ required (?:\S+ )?arguments?: (.+)$")
 
 
 class _Exited(SystemExit):
