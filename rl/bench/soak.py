@@ -57,7 +57,7 @@ class SoakSchedule:
     def min_steps(self) -> int:
         """The fewest steps that see every fault and still train after the last: a SIGTERM stops the run at the end
         of the step in progress (one or two past ``sigterm_at``), and a resume needs a step left to train."""
-        return max(at for at, _ in self.events()) + 5 if self.events() else 1
+        return max(at for at in (self.kill_worker_at, self.sigkill_at, self.sigterm_at) if at is not None) + 5
 
     def events(self) -> list[tuple[int, str]]:
         """The faults the soak itself delivers, in step order."""

@@ -280,10 +280,10 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
     from rl.bench.soak import SoakFailed, SoakSchedule, run_soak, soak_table, write_soak
 
     schedule = SoakSchedule(steps=args.steps)
-    need = SoakSchedule(steps=sys.maxsize).min_steps
-    if args.steps < need:
+    if args.steps < schedule.min_steps:
         print(
-            f"invalid benchmark options: --steps must be at least {need} to strike every fault and train after it",
+            f"invalid benchmark options: --steps must be at least {schedule.min_steps} to strike every fault and "
+            "train after it",
             file=sys.stderr,
         )
         return 2

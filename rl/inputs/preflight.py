@@ -456,13 +456,13 @@ def check_reward(
     if "exited" in outcome:
         raise BadInput(f"{where}: it exited ({outcome['exited']}); a reward returns a list of floats, it does not exit")
     if "error" in outcome:
-        arguments = ", ".join(["prompts", "completions", *columns, *TRL_HOOKS])
-        if missing := _MISSING_ARGUMENTS.search(outcome["error"]):  # a column the reward needs and the data lacks
-            raise BadInput(
-                f"{where}: it needs {missing.group(1)}, which the data has no column for; give data with it or "
-                f"drop the reward (a reward gets the keyword arguments {arguments})"
+        error = outcome["error"]
+        if missing := _MISSING_ARGUMENTS.search(error):  # a column the reward needs and the data lacks
+            error = (
+                f"it needs {missing.group(1)}, which the data has no column for; give data with it or drop the reward"
             )
-        raise BadInput(f"{where}: {outcome['error']} (a reward gets the keyword arguments {arguments})")
+        arguments = ", ".join(["prompts", "completions", *columns, *TRL_HOOKS])
+        raise BadInput(f"{where}: {error} (a reward gets the keyword arguments {arguments})")
     if "bad_output" in outcome:
         raise BadInput(f"{where}: {outcome['bad_output']}")
     if len(outcome["values"]) != 1:
