@@ -13,7 +13,7 @@ import pytest
 from user_run import user_env
 
 from rl.loop import cluster
-from rl.loop.processes import wait_for
+from rl.loop.processes import command_line, wait_for
 
 pytestmark = pytest.mark.integration(seconds=75)  # starts a Ray cluster, real vLLM and torch
 
@@ -27,22 +27,14 @@ def loopback_cluster():
     cluster.stop(folder, grace_s=1)  # nothing of the run is left to end gently
     # nothing of the cluster outlives it: not a node's process, not the head's Ray Client server (which names no
     # folder, only the head's address)
-    assert wait_for(lambda: not _processes_naming(str(folder), f"--address={started.address} "), 10), _processes_naming(
-        str(folder), f"--address={started.address} "
-    )
+    marks = (str(folder), f"--address={started.address} ")
+    assert wait_for(lambda: not _processes_naming(marks), 10), _processes_naming(marks)
 
 
-def _processes_naming(*marks: str) -> list[str]:
+def _processes_naming(marks: tuple[str, ...]) -> list[str]:
     """The command lines of live processes that hold any of ``marks``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if proc.name.isdigit() and any(mark in line for mark in marks):
-            found.append(line[:200])
-    return found
+    lines = [command_line(int(proc.name)) for proc in Path("/proc").iterdir() if proc.name.isdigit()]
+    return [line[:200] for line in lines if any(mark in line for mark in marks)]
 
 
 def start_rl_train(c: cluster.LoopbackCluster, out: Path, *overrides: str) -> subprocess.Popen:
