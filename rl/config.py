@@ -154,7 +154,6 @@ class RolloutConfig(Strict):
         default=None,
         description='CPU only: per worker, the cores its process runs on, e.g. ["0"] or ["0-1", "2-3"]; None: any',
     )
-    max_concurrent_groups: int = Field(default=64, ge=1, description="prompts in flight per rollout worker")
     partial_rollouts: Literal["keep", "resubmit"] = Field(
         default="keep",
         description='samples in flight across a weight sync: "keep" running (vLLM pause keep; per-token '

@@ -151,3 +151,22 @@ def test_a_recipes_local_paths_are_read_against_its_folder_and_saved_absolute(tm
     saved = tmp_path / "config.yaml"
     saved.write_text("data: {source: rows.jsonl}\n")
     assert load_config(saved, local_paths=False).data.source == "rows.jsonl"  # a run's saved config, as written
+
+
+def test_every_config_key_is_read_outside_the_config_models():
+    """A knob nothing reads does nothing (``rollout.max_concurrent_groups`` sat in the config, documented, for the
+    project's whole life): each key's last name appears as a word in the code that runs, outside ``rl/config.py``."""
+    import re
+    from pathlib import Path
+
+    from rl.config import config_keys
+
+    root = Path(__file__).resolve().parent.parent
+    code = "\n".join(
+        path.read_text(encoding="utf-8")
+        for folder in ("rl", "rollout", "shaping", "trainer", "kernels")
+        for path in (root / folder).rglob("*.py")
+        if path != root / "rl" / "config.py"
+    )
+    names = {item.key.rsplit(".", 1)[-1].rstrip("[]") for item in config_keys()}
+    assert sorted(name for name in names if not re.search(rf"\b{re.escape(name)}\b", code)) == []
