@@ -33,6 +33,7 @@ from rl.config import RunConfig, load_config, parse_override
 from rl.types import PromptRow
 
 log = logging.getLogger("rl.checkpoint")
+DISK_FULL_BYTES = 1 << 20  # less free space than this after a failed write: the disk filled
 
 CHECKPOINTS = "checkpoints"
 CONFIG_FILE = "config.yaml"
@@ -62,6 +63,10 @@ _WHERE = ("output_dir", "name")  # the run directory itself: follows the directo
 
 class CheckpointError(ValueError):
     """A run that cannot resume; the message is one line that says why and what to do."""
+
+
+class CheckpointNotWritten(RuntimeError):
+    """A checkpoint that could not be written (a full disk, a trainer rank's error); the message is one line."""
 
 
 def _resumable(key: str) -> bool:
@@ -181,9 +186,14 @@ def start_fresh(run_dir: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+def partial(run_dir: Path, step: int) -> Path:
+    """Where step ``step``'s checkpoint is written until it is complete."""
+    return run_dir / CHECKPOINTS / f"step_{step:06d}.tmp"
+
+
 def begin(run_dir: Path, step: int) -> Path:
     """An empty directory to write step ``step``'s checkpoint into (an old partial one is removed)."""
-    tmp = run_dir / CHECKPOINTS / f"step_{step:06d}.tmp"
+    tmp = partial(run_dir, step)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     return tmp
@@ -209,13 +219,37 @@ async def write(cfg: RunConfig, step: int, trainers: list[Any], shaping: Any, st
     """A complete checkpoint of ``step``: every trainer rank's state, ``shaping`` (the shaping policy and idle
     governor, pickled) and the driver's ``state`` with the trainer's digest; returns its directory."""
     t0 = time.monotonic()
-    tmp = begin(cfg.run_dir, step)
-    await on_every_rank(trainers, "save", str(tmp))
-    (tmp / SHAPING_STATE).write_bytes(pickle.dumps(shaping))
-    state = {**state, "trainer_digest": await on_every_rank(trainers, "state_digest")}
-    path = commit(tmp, state, cfg.train.keep_checkpoints)
+    tmp = partial(cfg.run_dir, step)
+    try:
+        begin(cfg.run_dir, step)
+        await on_every_rank(trainers, "save", str(tmp))
+        (tmp / SHAPING_STATE).write_bytes(pickle.dumps(shaping))
+        state = {**state, "trainer_digest": await on_every_rank(trainers, "state_digest")}
+        path = commit(tmp, state, cfg.train.keep_checkpoints)
+    except (OSError, RuntimeError) as e:  # a rank's error comes wrapped by Ray, as a subclass of its own type
+        log.debug("checkpoint of step %d failed", step, exc_info=True)
+        raise _not_written(tmp, step, e) from None
     log.info("checkpoint of step %d written to %s in %.1f s", step, path, time.monotonic() - t0)
     return path
+
+
+def _not_written(tmp: Path, step: int, error: BaseException) -> CheckpointNotWritten:
+    """Why step ``step``'s checkpoint failed, in one line; its partial directory is removed (on a full disk it
+    only holds the space a resume, or the next checkpoint, needs)."""
+    written = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file()) if tmp.is_dir() else 0
+    try:
+        full = shutil.disk_usage(tmp.parent).free < DISK_FULL_BYTES
+    except OSError:  # no folder to ask (it could not be made)
+        full = False
+    shutil.rmtree(tmp, ignore_errors=True)
+    where = f"the checkpoint of step {step} could not be written to {tmp.parent}"
+    if full:
+        return CheckpointNotWritten(
+            f"{where}: the disk is full ({written / 2**20:.1f} MB written before it filled, removed); free space there"
+        )
+    cause = getattr(error, "cause", None) or error  # a trainer rank's own error, as Ray carries it
+    lines = str(cause).strip().splitlines()
+    return CheckpointNotWritten(f"{where}: {type(cause).__name__}: {lines[-1] if lines else ''}")
 
 
 def read_shaping(checkpoint: Path) -> dict[str, Any]:

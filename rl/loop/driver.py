@@ -15,7 +15,7 @@ import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ray.exceptions import RayActorError
 from tqdm import tqdm
@@ -134,6 +134,7 @@ class Driver:
         resume_step = self.version if self.resume else None
         config = cfg.model_dump(mode="json")
         self.logger = MetricsLogger(cfg.run_dir, resume_step=resume_step, wandb=cfg.logging.wandb, config=config)
+        rollouts: asyncio.Task | None = None
         try:
             self.starting = asyncio.create_task(self._start_up())
             try:
@@ -149,27 +150,46 @@ class Driver:
             await asyncio.gather(rollouts, return_exceptions=True)
             train_seconds = self._train_seconds()
             buffer = await self.fleet.buffer.stats.remote()
-            if self.failure:  # counted up to here; the last checkpoint is where a resume starts
-                saved = checkpoint.complete_checkpoints(cfg.run_dir)
-                summary = self._summary(math.nan, train_seconds, saved[-1] if saved else None, startup_s, buffer)
-                self.logger.log(self.version, summary_scalars(summary), kind="summary")
-                raise RunFailed(self.failure, summary)
+            if self.failure:
+                self._end_failed(math.nan, train_seconds, startup_s, buffer)
             finished = self.stop_signal is None and bool(self.fleet.rollout.live)
             after = await self._evaluate("after") if finished else {"accuracy": math.nan}
             saved = checkpoint.complete_checkpoints(cfg.run_dir)
             if cfg.train.save_checkpoint and not (saved and checkpoint.step_of(saved[-1]) == self.version):
-                saved.append(await self._checkpoint())
+                try:
+                    saved.append(await self._checkpoint())
+                except checkpoint.CheckpointNotWritten as e:
+                    self.failure = str(e)
+                    self._end_failed(after["accuracy"], train_seconds, startup_s, buffer)
             last = saved[-1] if cfg.train.save_checkpoint and saved else None
             summary = self._summary(after["accuracy"], train_seconds, last, startup_s, buffer)
             self.logger.log(self.version, summary_scalars(summary), kind="summary")
+            if unwritten := self._records_unwritten():
+                raise RunFailed(unwritten, summary)
             return summary
         finally:
+            if rollouts is not None:  # a run ended by an error: its groups in flight end before the reward pool
+                rollouts.cancel()
+                await asyncio.gather(rollouts, return_exceptions=True)
             self.logger.close()
             self.rewards.close()
             stopped_while_starting = self.starting is not None and self.starting.cancelled()
             await self.fleet.shutdown(SHUTDOWN_WAIT_S if stopped_while_starting else None)
             if owns_ray:
                 ray.shutdown()
+
+    def _records_unwritten(self) -> str | None:
+        """Why the run's records (metrics, completions) stopped reaching the disk, or None while they do."""
+        error = self.logger.write_error
+        return f"the run's records cannot be written: {error}" if error else None
+
+    def _end_failed(self, accuracy_after: float, train_seconds: float, startup_s: float, buffer: dict) -> NoReturn:
+        """Log the summary of a run that failed (counted up to here) and raise its ``RunFailed``; the last complete
+        checkpoint is where a resume starts."""
+        saved = checkpoint.complete_checkpoints(self.cfg.run_dir)
+        summary = self._summary(accuracy_after, train_seconds, saved[-1] if saved else None, startup_s, buffer)
+        self.logger.log(self.version, summary_scalars(summary), kind="summary")
+        raise RunFailed(self.failure or "failed", summary)
 
     def _take_stop_signals(self) -> None:
         """Route the stop signals to ``request_stop`` (SIGHUP only where the command did not ignore it: nohup)."""
@@ -340,9 +360,16 @@ class Driver:
             self.logger.log_completions(step, completion_rows(step, groups, self.cfg.logging.completions_per_step))
             bar.set_postfix_str(step_postfix(metrics))
             bar.update(1)
+            if unwritten := self._records_unwritten():  # a full disk: training on would leave steps nobody can read
+                self._fail(unwritten)
+                break
             every = cfg.checkpoint_every
             if cfg.save_checkpoint and step < cfg.max_steps and (self.stop_signal or (every and step % every == 0)):
-                await self._checkpoint()
+                try:
+                    await self._checkpoint()
+                except checkpoint.CheckpointNotWritten as e:
+                    self._fail(str(e))
+                    break
             if self.stop_signal:
                 log.warning("stopped at step %d on %s", step, signal.Signals(self.stop_signal).name)
                 break

@@ -254,8 +254,12 @@ def run_summary(summary: dict, run_dir: Path) -> str:
     """Write ``summary.json`` into ``run_dir``; return the few lines a person reads at the end of ``rl train``."""
     path = run_dir / "summary.json"
     finite = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in summary.items()}
-    path.write_text(json.dumps(finite, indent=2, default=str) + "\n")  # strict JSON: a figure not measured is null
-    lines = []
+    lines, written = [], [path.name]
+    try:
+        path.write_text(json.dumps(finite, indent=2, default=str) + "\n")  # strict JSON: a figure not measured is null
+    except OSError as e:  # a full disk: the summary is still printed
+        lines.append(f"warning: {path.name} not written ({e.strerror or e})")
+        written = []
     if not summary.get("stopped_by") and not summary.get("failure"):
         lines.append(
             f"held-out accuracy: {summary['accuracy_before']:.3f} -> {summary['accuracy_after']:.3f} "
@@ -271,7 +275,7 @@ def run_summary(summary: dict, run_dir: Path) -> str:
     if unscored:
         lines.append(unscored_warning(unscored, summary.get("scored_samples", 0)))
     saved = summary.get("checkpoint")
-    where = [path.name, "metrics.jsonl", *([f"checkpoints/{Path(saved).name}"] if saved else [])]
+    where = [*written, "metrics.jsonl", *([f"checkpoints/{Path(saved).name}"] if saved else [])]
     if (run_dir / "logs").is_dir():
         where.append("logs/")
     lines.append(f"run directory: {run_dir} ({', '.join(where)})")

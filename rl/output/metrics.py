@@ -8,6 +8,7 @@ import math
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +137,7 @@ class MetricsLogger:
                 purge = resume_step + 1
                 _wait_to_sort_after_event_files(run_dir / "tb")
             self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge)
+        self.write_error: str | None = None  # the first write that failed; later records are dropped
         self._t0 = time.monotonic() - max((r.get("time_s", 0.0) for r in kept), default=0.0)
         self._wandb = None
         if wandb is not None:
@@ -149,6 +151,9 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict[str, float], kind: str = "train") -> None:
         record = {"kind": kind, "step": step, "time_s": round(self.elapsed(), 3), **metrics}
+        self._guarded(lambda: self._log(record, step, metrics, kind))
+
+    def _log(self, record: dict[str, Any], step: int, metrics: dict[str, float], kind: str) -> None:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._tb is not None:
@@ -160,17 +165,30 @@ class MetricsLogger:
 
     def log_completions(self, step: int, rows: list[dict[str, Any]]) -> None:
         """``rows`` (``completion_rows``) to completions.jsonl and the W&B table ``completions``."""
-        self._completions.write(rows)
+        self._guarded(lambda: self._completions.write(rows))
         if self._wandb is not None and rows:
             self._wandb.log_table(step, "completions", *table(rows))
 
+    def _guarded(self, write: Callable[[], None]) -> None:
+        """Run ``write`` unless an earlier write failed; a write that fails (a full disk, a folder removed) is kept
+        as ``write_error``, for the run to stop on, instead of raising into the training loop."""
+        if self.write_error is not None:
+            return
+        try:
+            write()
+        except OSError as e:
+            self.write_error = f"{e.strerror or e} ({e.filename or self.path.parent})"
+
     def close(self) -> None:
-        self._file.close()
-        self._completions.close()
-        if self._tb is not None:
-            self._tb.close()
-        if self._wandb is not None:
-            self._wandb.close()
+        """Close every sink; closing after a failed write (its buffered lines cannot reach the disk) raises nothing."""
+        closers = [self._file.close, self._completions.close]
+        closers += [self._tb.close] if self._tb is not None else []
+        closers += [self._wandb.close] if self._wandb is not None else []
+        for close in closers:
+            try:
+                close()
+            except OSError as e:
+                self.write_error = self.write_error or f"{e.strerror or e} ({self.path.parent})"
 
 
 def number(record: dict, key: str) -> float | None:
