@@ -28,7 +28,7 @@ def test_a_run_the_driver_stops_is_one_line_and_exit_code_1(tmp_path, monkeypatc
     why = "reward 'judge' failed on all of the last 4 groups"
 
     async def stopped(self):
-        self.cfg.run_dir.mkdir(parents=True)  # as a real run has by then
+        self.cfg.run_dir.mkdir(parents=True, exist_ok=True)  # as a real run has by then
         raise RunFailed(why, {"failure": why, "stopped_by": None, "steps": 1, "reward_failures": {"raised": 4}})
 
     monkeypatch.setattr(Driver, "run", stopped)

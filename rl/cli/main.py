@@ -18,11 +18,12 @@ from rl.models import BUILTIN_MODELS
 
 if TYPE_CHECKING:
     from rl.config import RunConfig
+    from rl.inputs.preflight import RunInputs
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rl.config import describe_config, load_config
-    from rl.loop.checkpoint import CheckpointError, resume_config
+    from rl.loop.checkpoint import resume_config
 
     if args.help_config:
         print("\n".join(describe_config()))
@@ -46,8 +47,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_output_dir(cfg.output_dir, f"output_dir {cfg.output_dir!r}")  # first: it takes no time
     inputs = preflight(cfg)  # bad input: one line from main()
     from rl.inputs.memory_plan import apply_memory_plan
+    from rl.loop.run_lock import run_dir_lock
 
     cfg = apply_memory_plan(cfg, inputs.model_dir)  # sets the engines' GPU share; refuses a run that cannot fit
+    with run_dir_lock(cfg.run_dir):  # the same command run twice: the second one says so, before it starts
+        return _drive(args, cfg, inputs, resume)
+
+
+def _drive(args: argparse.Namespace, cfg: RunConfig, inputs: RunInputs, resume: Path | None) -> int:
+    """Run the driver on checked inputs and print how the run ended; returns the exit code."""
+    from rl.loop.checkpoint import CheckpointError
     from rl.loop.driver import Driver, RunFailed
 
     route_output(args, cfg.run_dir / "logs")
