@@ -186,3 +186,46 @@ def test_channel_syncs_through_a_shared_memory_file(rollout_worker, tiny_model_d
     assert not Path(exported.path).exists()
     assert gap("shm-2", 22) < 1e-3
     ray.kill(trainer)
+
+
+def test_too_little_shared_memory_sends_through_the_object_store(rollout_worker, tiny_model_dir, encode, monkeypatch):
+    """A container's /dev/shm holds 64 MB unless given more (SmolLM2's export alone is 513 MB): with less free than
+    two exports, the channel says so once and sends the weights through Ray's object store, still exactly."""
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    import rl.loop.weight_channel as weight_channel
+
+    prompt = encode(PROMPT_TEXT)
+    trainer = ray.remote(TrainerWorker).remote(TrainerSpec(model=tiny_model_dir, lr=5e-2))
+    nbytes = ray.get(trainer.export_nbytes.remote())
+    assert 0 < len(ray.get(trainer.weights_for_sync.remote())) - nbytes < 64 * 1024  # the export: tensors + header
+    free = weight_channel.SHARED_EXPORTS * nbytes - 1
+    monkeypatch.setattr(weight_channel.shutil, "disk_usage", lambda path: SimpleNamespace(free=free))
+    samples = sample_once(rollout_worker, "small-shm-0", prompt)
+    group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[-1.0, 1.0])
+    ray.get(trainer.train_step.remote([group]))
+    channel = weight_channel.CpuWeightChannel(trainer, [rollout_worker])
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger(weight_channel.log.name).addHandler(handler)
+    try:
+        asyncio.run(channel.start())
+    finally:
+        logging.getLogger(weight_channel.log.name).removeHandler(handler)
+    assert channel.host is None  # the object store's route
+    assert [r.getMessage().split(";")[0] for r in records] == [
+        f"weights: /dev/shm has {free / 2**20:.0f} MB free, less than the 2 exports of {nbytes / 2**20:.0f} MB a sync "
+        "may hold there at once"
+    ]
+    exported = channel.export()
+    assert exported.path is None
+    asyncio.run(channel.send(31, exported))
+    synced = sample_once(rollout_worker, "small-shm-1", prompt)
+    assert all(v == 31 for s in synced for v in s.versions)
+    trainer_lps = [ray.get(trainer.sequence_logprobs.remote(prompt, s.tokens)) for s in synced]
+    gaps = [np.abs(np.array(t) - np.array(s.logprobs)).mean() for t, s in zip(trainer_lps, synced, strict=True)]
+    assert float(np.mean(gaps)) < 1e-3
+    ray.kill(trainer)

@@ -92,6 +92,11 @@ class TrainerWorker:
         os.replace(f"{path}.tmp", path)
         return path
 
+    def export_nbytes(self) -> int:
+        """The size of one ``weights_for_sync`` export's tensors; every rank takes part in the gather, rank 0's
+        count is the one."""
+        return sum(t.numel() * t.element_size() for t in self.engine.sync_weights().values())
+
     def node_id(self) -> str:
         import ray
 

@@ -20,7 +20,9 @@ import asyncio
 import functools
 import itertools
 import logging
+import math
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Sequence
@@ -62,6 +64,7 @@ class WeightChannel(Protocol):
 
 
 SHARED_DIR = "/dev/shm"  # a RAM-backed folder every process on the host can map
+SHARED_EXPORTS = 2  # exports in shared memory at once: one being loaded while the next is written (overlapped sync)
 SHARED_PREFIX = "tailor-weights-"  # then the driver's pid: a killed run's exports are found by the next one
 
 
@@ -110,7 +113,23 @@ class CpuWeightChannel:
         here = ray.get_runtime_context().get_node_id()
         trainer = await self.trainer.node_id.remote()
         if trainer == here and os.path.isdir(SHARED_DIR) and await self._on_host(list(self.rollout_workers), here):
-            self.host = here
+            ranks = [self.trainer, *self.peers]  # the export's gather needs every rank
+            nbytes = (await asyncio.gather(*[rank.export_nbytes.remote() for rank in ranks]))[0]
+            free = shutil.disk_usage(SHARED_DIR).free
+            if free >= SHARED_EXPORTS * nbytes:
+                self.host = here
+            else:  # a container's /dev/shm holds 64 MB unless it is given more
+                log.warning(
+                    "weights: %s has %.0f MB free, less than the %d exports of %.0f MB a sync may hold there at once; "
+                    "they go through Ray's object store instead (slower; in a container, give it more shared "
+                    "memory: docker run --shm-size=%dg)",
+                    SHARED_DIR,
+                    free / 2**20,
+                    SHARED_EXPORTS,
+                    nbytes / 2**20,
+                    math.ceil(SHARED_EXPORTS * nbytes / 2**30),
+                )
+                return
         log.info(
             "weights: %s",
             "a shared-memory file (driver, trainer and engines on one node)"
