@@ -47,6 +47,8 @@ def test_engine_chatter_and_known_harmless_lines_are_not_shown():
         "remaining processes count=1",
         "(MainProcess pid=311) WARNING 11-26 11:13:33 [utils.py:653] [shutdown] Process manager: force killing "
         "remaining process EngineCore pid 533",
+        "\x1b[33m(raylet)\x1b[0m A worker died or was killed while executing a task by an unexpected system error. To "
+        "troubleshoot the problem, check the logs for the dead worker. Lease ID: 0100 Worker PID: 15170",
         "",
     ]
     assert [line for line in hidden if shown(line)] == []

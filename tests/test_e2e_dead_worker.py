@@ -5,6 +5,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import re
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +20,7 @@ from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
 from small_runs import on_the_warm_engine, small_run
 
-from rl.loop.driver import Driver
+from rl.loop.driver import Driver, RunFailed
 
 pytestmark = pytest.mark.integration(seconds=90)  # starts real Ray or vLLM
 
@@ -169,3 +172,30 @@ def test_the_only_rollout_worker_is_replaced(ray_session, tiny_model_dir, encode
         engine = np.array(sample.logprobs)
         assert np.abs(np.array(trainer_logprobs) - engine).mean() < 1e-3
         assert np.abs(np.array(base.sequence_logprobs(encode("3+1="), sample.tokens)) - engine).mean() > 1e-2
+
+
+def test_a_dead_trainer_stops_the_run_with_one_line(rollout_worker, tiny_model_dir, tmp_path, caplog):
+    """The trainer's process dies (the OOM killer's usual pick): the run stops with one line naming it, its summary
+    counted up to there, instead of a traceback."""
+    cfg = small_run(tmp_path, "dead-trainer", "train.max_steps=6", "train.max_staleness=0")
+    driver = Driver(cfg, start_actors=on_the_warm_engine(rollout_worker))
+
+    async def scenario() -> None:
+        async def kill_after_first_step() -> None:
+            while driver.version < 1:
+                await asyncio.sleep(0.05)
+            os.kill(await driver.fleet.trainers[0].__ray_call__.remote(lambda self: os.getpid()), signal.SIGKILL)
+
+        killer = asyncio.create_task(kill_after_first_step())
+        try:
+            await driver.run()
+        finally:
+            await killer
+
+    with pytest.raises(RunFailed) as stopped:
+        asyncio.run(scenario())
+    message = str(stopped.value)
+    assert re.fullmatch(r"a TrainerWorker process \(pid \d+\) died; the run cannot train on without it", message)
+    assert 1 <= stopped.value.summary["steps"] < 6 and stopped.value.summary["failure"] == message
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [f"{message}; stopping"]

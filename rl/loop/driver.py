@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 import signal
 import time
 from dataclasses import asdict
@@ -45,6 +46,15 @@ log = logging.getLogger("rl.driver")
 # the first: a checkpoint at the step boundary, then a clean stop; SIGHUP (the terminal closed) unless ignored (nohup)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 SHUTDOWN_WAIT_S = 5.0  # how long a run stopped while starting waits for its engines to shut down, then ends them
+
+
+def died(error: RayActorError) -> str:
+    """Which actor's process died, in a few words from Ray's long message (its class and pid, where Ray gives
+    them)."""
+    text = str(error)
+    name, pid = re.search(r"class_name: (\w+)", text), re.search(r"\bpid: (\d+)", text)
+    who = f"a {name.group(1)} process" if name else "an actor's process"
+    return f"{who}{f' (pid {pid.group(1)})' if pid else ''} died"
 
 
 class RunFailed(Exception):
@@ -144,12 +154,18 @@ class Driver:
                     raise
                 return self._stopped_while_starting()
             rollouts = asyncio.create_task(self.continuous_rollouts())
-            await self.continuous_training()
+            try:
+                await self.continuous_training()
+            except RayActorError as e:  # a trainer rank or the buffer: the run cannot train on without it
+                self._fail(f"{died(e)}; the run cannot train on without it")
             self.stopping.set()
             rollouts.cancel()
             await asyncio.gather(rollouts, return_exceptions=True)
             train_seconds = self._train_seconds()
-            buffer = await self.fleet.buffer.stats.remote()
+            try:
+                buffer = await self.fleet.buffer.stats.remote()
+            except RayActorError:  # the buffer was the one that died
+                buffer = {}
             if self.failure:
                 self._end_failed(math.nan, train_seconds, startup_s, buffer)
             finished = self.stop_signal is None and bool(self.fleet.rollout.live)

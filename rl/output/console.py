@@ -54,6 +54,9 @@ QUIET: dict[str, str] = {
     "trl_vllm_version": r"TRL currently supports vLLM versions from",
     # torch's DataLoader (TRL's, in rl bench peer) asked to pin memory on a machine without an accelerator
     "cpu_pin_memory": r"'pin_memory' argument is set as true but no accelerator is found",
+    # Ray's notice that a worker process died, IDs and all: the run says itself which actor died and what it does
+    # about it (a rollout worker replaced or counted, a trainer's death a one-line stop)
+    "ray_worker_died": r"A worker died or was killed while executing a task by an unexpected system error",
     # at a run's end, vLLM's shutdown kills an engine core process that has not exited within its grace period:
     # the run is over and nothing is lost
     "vllm_shutdown_kill": r"\[shutdown\] Process manager: force killing remaining process",
