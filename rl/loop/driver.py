@@ -167,7 +167,7 @@ class Driver:
             except RayActorError:  # the buffer was the one that died
                 buffer = {}
             if self.failure:
-                self._end_failed(math.nan, train_seconds, startup_s, buffer)
+                self._end_failed(self.failure, math.nan, train_seconds, startup_s, buffer)
             finished = self.stop_signal is None and bool(self.fleet.rollout.live)
             after = await self._evaluate("after") if finished else {"accuracy": math.nan}
             saved = checkpoint.complete_checkpoints(cfg.run_dir)
@@ -176,7 +176,7 @@ class Driver:
                     saved.append(await self._checkpoint())
                 except checkpoint.CheckpointNotWritten as e:
                     self.failure = str(e)
-                    self._end_failed(after["accuracy"], train_seconds, startup_s, buffer)
+                    self._end_failed(self.failure, after["accuracy"], train_seconds, startup_s, buffer)
             last = saved[-1] if cfg.train.save_checkpoint and saved else None
             summary = self._summary(after["accuracy"], train_seconds, last, startup_s, buffer)
             self.logger.log(self.version, summary_scalars(summary), kind="summary")
@@ -199,13 +199,15 @@ class Driver:
         error = self.logger.write_error
         return f"the run's records cannot be written: {error}" if error else None
 
-    def _end_failed(self, accuracy_after: float, train_seconds: float, startup_s: float, buffer: dict) -> NoReturn:
-        """Log the summary of a run that failed (counted up to here) and raise its ``RunFailed``; the last complete
-        checkpoint is where a resume starts."""
+    def _end_failed(
+        self, why: str, accuracy_after: float, train_seconds: float, startup_s: float, buffer: dict
+    ) -> NoReturn:
+        """Log the summary of a run that failed for ``why`` (counted up to here) and raise its ``RunFailed``; the
+        last complete checkpoint is where a resume starts."""
         saved = checkpoint.complete_checkpoints(self.cfg.run_dir)
         summary = self._summary(accuracy_after, train_seconds, saved[-1] if saved else None, startup_s, buffer)
         self.logger.log(self.version, summary_scalars(summary), kind="summary")
-        raise RunFailed(self.failure or "failed", summary)
+        raise RunFailed(why, summary)
 
     def _take_stop_signals(self) -> None:
         """Route the stop signals to ``request_stop`` (SIGHUP only where the command did not ignore it: nohup)."""
