@@ -32,6 +32,8 @@ from typing import Any, Protocol
 
 from ray.exceptions import RayActorError
 
+from rl.loop.checkpoint import on_every_rank
+
 log = logging.getLogger("rl.weight_channel")
 
 
@@ -113,8 +115,7 @@ class CpuWeightChannel:
         here = ray.get_runtime_context().get_node_id()
         trainer = await self.trainer.node_id.remote()
         if trainer == here and os.path.isdir(SHARED_DIR) and await self._on_host(list(self.rollout_workers), here):
-            ranks = [self.trainer, *self.peers]  # the export's gather needs every rank
-            nbytes = (await asyncio.gather(*[rank.export_nbytes.remote() for rank in ranks]))[0]
+            nbytes = await on_every_rank([self.trainer, *self.peers], "export_nbytes")  # the export's gather
             free = shutil.disk_usage(SHARED_DIR).free
             if free >= SHARED_EXPORTS * nbytes:
                 self.host = here

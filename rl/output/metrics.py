@@ -177,7 +177,7 @@ class MetricsLogger:
         try:
             write()
         except OSError as e:
-            self.write_error = f"{e.strerror or e} ({e.filename or self.path.parent})"
+            self.write_error = self._failed_write(e)
 
     def close(self) -> None:
         """Close every sink; closing after a failed write (its buffered lines cannot reach the disk) raises nothing."""
@@ -188,7 +188,11 @@ class MetricsLogger:
             try:
                 close()
             except OSError as e:
-                self.write_error = self.write_error or f"{e.strerror or e} ({self.path.parent})"
+                self.write_error = self.write_error or self._failed_write(e)
+
+    def _failed_write(self, error: OSError) -> str:
+        """A failed write in a few words: ``No space left on device (PATH)``."""
+        return f"{error.strerror or error} ({error.filename or self.path.parent})"
 
 
 def number(record: dict, key: str) -> float | None:
