@@ -330,9 +330,13 @@ def _append_output(trace: RequestTrace, completion: Any) -> None:
     """Add one ``CompletionOutput`` (a streamed delta, or a whole unstreamed request) to ``trace``: its tokens and
     their log-probs (``FlatLogprobs`` with ``logprobs=0``: exactly the sampled token's, one per position)."""
     trace.tokens.extend(completion.token_ids)
-    # no tokens, nothing to add: vLLM 0.26 ends an aborted stream with an empty delta that repeats earlier log-probs
+    # vLLM 0.26 ends an aborted stream with an empty delta that repeats all earlier log-probs; alone it adds nothing,
+    # and where the consumer lags, vLLM's output collector merges it into the pending delta after that delta's own
+    # log-probs (seen on an H200: 177 log-probs for 1 token), so an aborted delta keeps its first positions only
     if completion.logprobs is not None and completion.token_ids:
         logprobs = completion.logprobs.logprobs
+        if completion.finish_reason == "abort":
+            logprobs = logprobs[: len(completion.token_ids)]
         if len(logprobs) != len(completion.token_ids):
             raise RuntimeError(f"vLLM returned {len(logprobs)} log-probs for {len(completion.token_ids)} tokens")
         trace.logprobs.extend(logprobs)

@@ -96,7 +96,7 @@ def test_an_output_adds_its_tokens_with_one_log_prob_each():
     from rl.rollout.vllm_adapter import _append_output
 
     def output(tokens: list[int], logprobs: list[float]) -> SimpleNamespace:
-        return SimpleNamespace(token_ids=tokens, logprobs=SimpleNamespace(logprobs=logprobs))
+        return SimpleNamespace(token_ids=tokens, logprobs=SimpleNamespace(logprobs=logprobs), finish_reason=None)
 
     trace = RequestTrace(request_id="r")
     _append_output(trace, output([5, 6], [-0.1, -0.2]))
@@ -105,3 +105,31 @@ def test_an_output_adds_its_tokens_with_one_log_prob_each():
     assert trace.tokens == [5, 6, 7] and trace.logprobs == [-0.1, -0.2, -0.3]
     with pytest.raises(RuntimeError, match="2 log-probs for 1 tokens"):
         _append_output(trace, output([8], [-0.4, -0.5]))
+
+
+def test_an_aborted_delta_merged_with_vllm_0_26s_repeat_keeps_its_own_log_probs():
+    """vLLM 0.26's empty last delta of an aborted stream repeats every earlier log-prob; when the consumer is slower
+    than the engine (seen on an H200), vLLM's output collector merges it into the pending delta. Built here with
+    vLLM's own output classes and merge."""
+    from rl.rollout.engine import RequestTrace
+    from rl.rollout.vllm_adapter import _append_output
+    from vllm.logprobs import FlatLogprobs, Logprob
+    from vllm.outputs import CompletionOutput, RequestOutput
+
+    def flat(values: list[float]) -> FlatLogprobs:
+        out = FlatLogprobs()
+        out.extend({7: Logprob(logprob=v, rank=1)} for v in values)
+        return out
+
+    def request(tokens: list[int], logprobs: list[float], finish: str | None) -> RequestOutput:
+        completion = CompletionOutput(0, "", tokens, None, flat(logprobs), finish_reason=finish)
+        return RequestOutput("r", None, [1], None, [completion], finished=finish is not None)
+
+    trace = RequestTrace(request_id="r")
+    first = request([5, 6, 7], [-0.1, -0.2, -0.3], None)
+    _append_output(trace, first.outputs[0])
+    pending = request([8], [-0.4], None)
+    pending.add(request([], [-0.1, -0.2, -0.3, -0.4], "abort"), aggregate=True)  # the abort's repeat, merged
+    assert len(pending.outputs[0].logprobs) == 5
+    _append_output(trace, pending.outputs[0])
+    assert trace.tokens == [5, 6, 7, 8] and trace.logprobs == [-0.1, -0.2, -0.3, -0.4]
