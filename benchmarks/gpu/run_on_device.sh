@@ -20,7 +20,8 @@
 # before:  the same without shadow, with the code of .gpu_old/tl (an older tree carried beside this one, e.g. the
 #          commit that measured 1.00x, at that run's long_wait 1.5): before and after on the same card in one call.
 #          Made here by `bash benchmarks/gpu/old_tree.sh`, then carried.
-# profile: rl bench profile-decode through vLLM: b in 1,16,64,128,256; unstreamed, streamed, every 16 tokens.
+# profile: rl bench profile-decode through vLLM: b in 1,16,64,128,256; unstreamed, streamed, every 16 tokens
+#          (150 s: its engine start took 45 s on a warm machine and 100 s in all was not enough, 2026-11-27).
 # dummy7b, dummy1.5b: rl bench rollout at Qwen2.5-7B / -1.5B shapes, vLLM dummy weights, random prompts, sample
 #          lengths drawn from the arith_smollm2 length model at a 1024-token cap: plain, shadow, darts+long_wait.
 # tests: the GPU-only tests (skipped on CPU machines).
@@ -101,7 +102,7 @@ if [[ $steps == *,before,* && -d $repo/.gpu_old/tl ]]; then
   (export PYTHONPATH=$repo/.gpu_old/tl:$site; bench before 100 "${held_out[@]}" --modes raw,plain,darts+sart${knobs}@long_wait=1.5)
 fi
 if [[ $steps == *,profile,* ]]; then
-  run profile 100 python3 -m rl.cli bench profile-decode --model builtin:smollm2-135m --batch-sizes 1,16,64,128,256 \
+  run profile 150 python3 -m rl.cli bench profile-decode --model builtin:smollm2-135m --batch-sizes 1,16,64,128,256 \
     --steps 128 --stream-interval 16 --cuda-graph --out "$OUT/profile_smollm2.json"
 fi
 if [[ $steps == *,tests,* ]]; then
