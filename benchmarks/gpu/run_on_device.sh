@@ -40,6 +40,8 @@ mkdir -p "$OUT" /root/res
 export PYTHONUNBUFFERED=1 TAILOR_CACHE=/root/tc HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # FlashInfer stays behind (pack.sh); vLLM 0.26's GPU sampler imports it unless its sampler is switched off
 export VLLM_USE_FLASHINFER_SAMPLER=0
+# the machine reaches nothing outside: no usage report for vLLM to try to send
+export VLLM_NO_USAGE_STATS=1
 say() { echo "== $(date +%T) $*" | tee -a "$OUT/log.txt"; }
 
 site=/root/site
