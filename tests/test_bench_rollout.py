@@ -338,6 +338,8 @@ def test_real_small_bench_run(bench_engine, tmp_path):
     assert json.loads((tmp_path / "bench_rollout.json").read_text())["summary"]["repeats"] == 1
     passes = [json.loads(line) for line in (tmp_path / "bench_passes.jsonl").read_text().splitlines()]
     assert passes == result["runs"]  # every timed pass, written as it ended
+    about = json.loads((tmp_path / "bench_config.json").read_text())  # written before the first pass
+    assert about == {k: result[k] for k in about} and about["engine"]["max_num_seqs"] > 0
     for mode in runs:
         assert len(runs[mode]["group_rewards"]) == b, mode
         diff = result["summary"]["reward_vs"]["plain"][mode]  # b prompts paired with plain's

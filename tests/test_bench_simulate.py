@@ -54,6 +54,22 @@ def test_plain_replays_its_own_lengths(tmp_path: Path) -> None:
     assert "| plain | 0 | own | 0.005 | 0.005 | 1.00 |" in markdown(rows)
 
 
+def test_a_cut_short_run_replays_from_its_config_and_passes(tmp_path: Path) -> None:
+    """A bench stopped before its end leaves bench_config.json and the passes that ended: that folder replays as the
+    whole file would, with the engine the run recorded."""
+    runs = [run("plain", 0, [[3, 5], [2, 4]], 0.005), run("plain", 1, [[6, 2], [1, 1]], 0.007)]
+    whole = json.loads(run_file(tmp_path, runs).read_text())
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    about = {"config": whole["config"], "engine": {"max_num_seqs": 3, "stream_interval": 4}}
+    (cut / "bench_config.json").write_text(json.dumps(about))
+    (cut / "bench_passes.jsonl").write_text(json.dumps(runs[0]) + "\n")  # the second pass never ended
+    rf = load_run_file(cut)
+    assert (rf.max_num_seqs, rf.stream_interval, rf.runs) == (3, 4, runs[:1])
+    rows = simulate_run_file(rf, EngineModel(LinearStep(0.001, 0.0)), ["plain"])
+    assert [(r.mode, r.repeat, r.pool) for r in rows] == [("plain", 0, "own")]
+
+
 def test_pools_prefer_own_then_shadow_then_the_widest_natural_run() -> None:
     runs = [
         run("raw", 0, [[1, 2]], 1.0),

@@ -79,15 +79,20 @@ held_out=(--recipe arith_smollm2 --set rollout.enforce_eager=false --max-tokens 
   --seed 10 --repeats 2 --no-plots)
 knobs=@avg_redundancy=1.75@min_redundancy=1.5@max_redundancy=2.5
 shaped=darts+sart${knobs}@long_wait=1.2  # recipes/arith_smollm2.yaml's; the H200 run of 66f2922 had long_wait 1.5
-bench() {  # bench NAME SECONDS ARGS...: rl bench rollout; its passes reach $OUT/NAME.jsonl as they end (below)
+bench() {  # bench NAME SECONDS ARGS...: rl bench rollout; its config and passes reach $OUT/NAME/ as they end
   local name=$1 limit=$2; shift 2
   run "$name" "$limit" python3 -m rl.cli bench rollout "$@" --out "/root/res/$name" --verbose
-  [ -f "/root/res/$name/bench_passes.jsonl" ] || cp "/root/res/$name/bench_rollout.json" "$OUT/$name.json" 2>/dev/null
 }
-# every 5 s, each bench's passes so far to $OUT (a call cut short still returns them; $OUT takes 8 files, so the
-# whole bench_rollout.json stays behind: rl.bench.summary.build_summary rebuilds its tables from the passes)
-(while sleep 5; do for f in /root/res/*/bench_passes.jsonl; do
-  [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")").jsonl"; done
+passes_out() {  # each bench's config and passes so far to $OUT/NAME/ (`rl bench simulate $OUT/NAME` replays them;
+  # $OUT takes 8 files, so the whole bench_rollout.json stays behind)
+  for f in /root/res/*/bench_passes.jsonl; do
+    [ -f "$f" ] || continue
+    local d=$OUT/$(basename "$(dirname "$f")")
+    mkdir -p "$d" && cp "$f" "$(dirname "$f")/bench_config.json" "$d/" 2>/dev/null
+  done
+}
+# every 5 s, so that a call cut short still returns what ran
+(while sleep 5; do passes_out
   [ -f /root/res/runs/memplan/metrics.jsonl ] && cp /root/res/runs/memplan/metrics.jsonl "$OUT/memplan.jsonl"; done) &
 copier=$!
 if [[ $steps == *,after,* ]]; then
@@ -137,5 +142,5 @@ train() {  # train NAME SECONDS OVERRIDES...: a few steps of the GSM8K recipe on
 }
 [[ $steps == *,train,* ]] && train train_file 150
 [[ $steps == *,nccl,* ]] && train train_nccl 90 weight_sync.transport=nccl
-kill $copier; for f in /root/res/*/bench_passes.jsonl; do cp "$f" "$OUT/$(basename "$(dirname "$f")").jsonl"; done
+kill $copier; passes_out
 say done

@@ -69,6 +69,7 @@ TIE = "+tie"  # mode suffix: the same policy with TIE-score vLLM priorities (lon
 KNOB = "@"  # mode separator before each of its own shaping knobs: darts+sart@long_wait=1.5
 SET_BY_MODE = ("policy", "m_keep", "warmup_steps", "priority")  # shaping fields a mode's name decides
 PASSES_FILE = "bench_passes.jsonl"  # one timed pass's run dict per line, written as the bench goes
+CONFIG_FILE = "bench_config.json"  # the run's config and engine, written before its first pass
 KV_CACHE_CAP = 4 << 30  # CPU: never reserve more host RAM than this for the KV cache
 
 
@@ -517,13 +518,7 @@ async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: InferenceEngi
         engine = start_engine(bench.engine_spec())
         await engine.start()
         log.info("engine up in %.1f s", time.monotonic() - t0)
-    try:
-        runs = await bench.run(engine)
-    finally:
-        if own:
-            engine.shutdown()
-    summary = build_summary(runs)
-    result = {
+    about = {
         "config": cfg.model_dump(mode="json"),
         "model_dir": bench.model_dir,
         "device": "cpu" if is_cpu_platform() else "gpu",
@@ -533,10 +528,16 @@ async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: InferenceEngi
         },
         "reward": " + ".join(f"{w:g}×{fn}" for fn, w in bench.reward_specs) or "none",
         "profile": None if bench.profile is None else {"device": bench.profile.device, "model": bench.profile.model},
-        "summary": summary,
-        "table": markdown(summary),
-        "runs": runs,
     }
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    (cfg.out_dir / CONFIG_FILE).write_text(json.dumps(about, indent=1))  # with the passes, a cut-short run replays
+    try:
+        runs = await bench.run(engine)
+    finally:
+        if own:
+            engine.shutdown()
+    summary = build_summary(runs)
+    result = {**about, "summary": summary, "table": markdown(summary), "runs": runs}
     write_outputs(result, cfg)
     return result
 

@@ -22,6 +22,8 @@ from typing import Any
 
 from rl.bench.cost_model import DecodeProfile
 from rl.bench.rollout import (
+    CONFIG_FILE,
+    PASSES_FILE,
     SHADOW,
     RolloutBenchConfig,
     mode_shaping,
@@ -98,10 +100,16 @@ class ModeRow:
 
 
 def load_run_file(path: Path) -> RunFile:
-    """Read a ``bench_rollout.json`` (or the folder holding one)."""
+    """Read a ``bench_rollout.json``, or the folder holding one, or a cut-short run's folder: its
+    ``bench_config.json`` and the passes that ended (``bench_passes.jsonl``)."""
     file = path / "bench_rollout.json" if path.is_dir() else path
     try:
-        data = json.loads(file.read_text())
+        if file.exists() or not (path / CONFIG_FILE).exists():
+            data = json.loads(file.read_text())
+        else:
+            file = path / PASSES_FILE
+            runs = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+            data = {**json.loads((path / CONFIG_FILE).read_text()), "runs": runs}
         cfg, wall = bench_config(data["config"])
         runs = list(data["runs"])
     except (OSError, KeyError, TypeError, ValueError) as e:
