@@ -12,6 +12,7 @@ from rl.shaping.scorers import ExternalScorer
 from rl.bench.rollout import RolloutBenchConfig
 from rl.bench.simulate import (
     SimulateError,
+    fit_line,
     load_run_file,
     markdown,
     mode_looks,
@@ -19,7 +20,7 @@ from rl.bench.simulate import (
     natural_pools,
     simulate_run_file,
 )
-from rl.bench.simulator import EngineModel, LinearStep, Looks
+from rl.bench.simulator import EngineModel, HostCost, LinearStep, Looks
 from rl.cli.main import main
 
 MODES = ["plain", "darts+sart@long_wait=1.5"]
@@ -70,6 +71,30 @@ def test_a_cut_short_run_replays_from_its_config_and_passes(tmp_path: Path) -> N
     assert [(r.mode, r.repeat, r.pool) for r in rows] == [("plain", 0, "own")]
 
 
+def test_fit_recovers_the_line_from_the_passes_that_aborted_nothing(tmp_path: Path) -> None:
+    """Measured times made by a known line through plain and shadow: the fit gives that line back, and a shaped
+    mode stays out of it (its measured time, far off, changes nothing)."""
+    lengths = {"plain": [[3, 5], [2, 4]], "shadow": [[3, 5, 9, 1], [2, 4, 7, 6]]}
+    runs = [run(mode, 0, pool, 0.0) for mode, pool in lengths.items()]
+    runs.append(run("darts+sart@long_wait=1.5", 0, [[1, 1]], 99.0, "abort"))
+    rf = load_run_file(run_file(tmp_path, runs))
+    line = LinearStep(0.002, 0.0003)
+    for r in rf.runs[:2]:  # the "measured" times: what the true line simulates
+        row = simulate_run_file(rf, EngineModel(line, max_num_seqs=8), [r["mode"]])[0]
+        r["metrics"]["time_to_batch_s"] = row.batch.seconds
+    fitted, label = fit_line(rf, EngineModel(LinearStep(0.0, 0.0), max_num_seqs=8))
+    assert (fitted.a, fitted.c) == (pytest.approx(0.002), pytest.approx(0.0003))
+    assert "fitted to the 2 passes that aborted nothing" in label
+
+
+def test_fit_refuses_host_terms_and_a_single_pass(tmp_path: Path) -> None:
+    rf = load_run_file(run_file(tmp_path, [run("plain", 0, [[3, 5]], 0.005)]))
+    with pytest.raises(SimulateError, match="leave out --host"):
+        fit_line(rf, EngineModel(LinearStep(0.0, 0.0), HostCost(0.001)))
+    with pytest.raises(SimulateError, match="needs two passes"):
+        fit_line(rf, EngineModel(LinearStep(0.0, 0.0)))
+
+
 def test_pools_prefer_own_then_shadow_then_the_widest_natural_run() -> None:
     runs = [
         run("raw", 0, [[1, 2]], 1.0),
@@ -110,6 +135,7 @@ def test_a_run_from_before_the_token_clock_looks_on_the_wall_clock(tmp_path: Pat
         (["RUN", "--profile", "linear:0.001,0", "--modes", "plain,nope"], "unknown mode"),
         (["RUN", "--profile", "linear:0.001,0", "--modes", "darts+tie"], "priorities are not simulated"),
         (["RUN", "--profile", "linear:0.001,0", "--host", "1,x"], "--host"),
+        (["RUN", "--profile", "fit"], "--profile fit needs two passes"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -6,6 +6,8 @@
 #
 #   bash benchmarks/gpu/run_on_device.sh after,dummy7b,before      # one call of 600 s
 #   bash benchmarks/gpu/run_on_device.sh profile,memplan             # a second, as the lease allows
+#   rl bench simulate FILES_AT/after --profile fit                     # here, after: the simulator's check, its
+#                                                                      # shaped modes predicted from the unshaped
 #
 # The first three steps' limits add up to 580 s, plus about 20 s to unpack. The first engine start on a fresh
 # machine is slow: on an H200 (2026-11-27) vLLM 0.26 sat silent for over 137 s after 'Using V2 Model Runner', with

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from rl.shaping.policy import ShapingPolicy
 
 VLLM_DEFAULT_MAX_NUM_SEQS = 128
 LINEAR = "linear:"  # a --profile of the form linear:A,C is the line A + C*b seconds per step
+FIT = "fit"  # --profile fit: the line through the run's own passes that aborted nothing
 
 
 class SimulateError(ValueError):
@@ -157,6 +158,33 @@ def step_model(profile: str) -> tuple[StepTime, str]:
     return p.ptl, f"profile of `{p.model}` on {p.device}"
 
 
+def fit_line(run: RunFile, engine: EngineModel) -> tuple[LinearStep, str]:
+    """The device line ``a + c·b`` that best fits, by least squares, the measured time to batch of the run's passes
+    that aborted nothing (plain, raw, shadow: their lengths replay exactly, so each pass's simulated steps and
+    running sequences are known), and its label. The shaped passes stay out of the fit: how near the simulator comes
+    to them is its check. Host cost and prefill must be 0 (the step is then linear in ``a`` and ``c``)."""
+    import numpy as np
+
+    if engine.host != HostCost() or engine.prefill_s:
+        raise SimulateError("--profile fit fits the device line alone: leave out --host and --prefill-s")
+    counting = replace(engine, step_s=LinearStep(0.0, 1.0))  # simulated seconds = running sequences summed over steps
+    points = []
+    for r in (r for r in run.runs if _natural(r)):
+        pools, _ = natural_pools(run.runs, r["repeat"], r["mode"])
+        looks = mode_looks(run.cfg, r["mode"], None, run.wall_every_s)
+        batch = timed_batch(run.cfg, r["mode"], pools, counting, looks, r["repeat"])
+        points.append((batch.steps, batch.seconds, r["metrics"]["time_to_batch_s"]))
+    if len(points) < 2:
+        raise SimulateError("--profile fit needs two passes that aborted nothing (plain, raw or shadow modes)")
+    x, y = np.array([p[:2] for p in points], dtype=float), np.array([p[2] for p in points])
+    fits = [np.linalg.lstsq(x, y, rcond=None)[0]] + [  # the line; where a term came out negative, one term alone
+        np.where(np.arange(2) == i, y @ x[:, i] / (x[:, i] @ x[:, i]), 0.0) for i in (0, 1)
+    ]
+    a, c = min((f for f in fits if min(f) >= 0), key=lambda f: float(np.sum((x @ f - y) ** 2)))
+    label = f"{a * 1e3:.3g} ms + {c * 1e6:.3g} µs per sequence, fitted to the {len(points)} passes that aborted nothing"
+    return LinearStep(float(a), float(c)), label
+
+
 def parse_host(text: str) -> HostCost:
     """``h0,h_req,h_out,h_abort`` in seconds (trailing ones may be left out: 0)."""
     try:
@@ -218,6 +246,20 @@ def mode_looks(cfg: RolloutBenchConfig, mode: str, every_tokens: int | None, eve
     return Looks(every_tokens=every_tokens or shaping.progress_every_tokens)
 
 
+def timed_batch(
+    cfg: RolloutBenchConfig, mode: str, pools: list[Pool], engine: EngineModel, looks: Looks | None, seed: int = 0
+) -> SimResult:
+    """``mode``'s simulated timed batch, after a warm-up pass that gives its policy a length history as the bench's."""
+    policy, streamed = mode_policy(cfg, mode), is_streamed(mode, looks)
+    simulate_batch(policy, pools, engine, looks, streamed, random.Random(seed))
+    return simulate_batch(policy, pools, engine, looks, streamed)
+
+
+def is_streamed(mode: str, looks: Looks | None) -> bool:
+    """Whether ``mode``'s requests stream their tokens: where its controllers look, and raw's one n=M request."""
+    return looks is not None or mode == "raw"
+
+
 def simulate_mode(
     cfg: RolloutBenchConfig,
     mode: str,
@@ -229,11 +271,8 @@ def simulate_mode(
     seed: int = 0,
 ) -> tuple[SimResult, float]:
     """``mode``'s simulated timed batch (after a warm-up pass) and steady-state groups per second."""
-    streamed = looks is not None or mode == "raw"  # raw's one n=M request per prompt is streamed
-    policy = mode_policy(cfg, mode)
-    simulate_batch(policy, pools, engine, looks, streamed, random.Random(seed))
-    batch = simulate_batch(policy, pools, engine, looks, streamed)
-    steady_policy = mode_policy(cfg, mode)
+    batch = timed_batch(cfg, mode, pools, engine, looks, seed)
+    steady_policy, streamed = mode_policy(cfg, mode), is_streamed(mode, looks)
     simulate_batch(steady_policy, pools, engine, looks, streamed, random.Random(seed))
     steady = simulate_steady(steady_policy, pools, engine, batches, in_flight, looks, streamed, random.Random(seed + 1))
     return batch, steady_groups_per_s(steady, in_flight)
