@@ -511,17 +511,10 @@ class AlgorithmConfig(Strict):
 class WeightSyncConfig(Strict):
     transport: Literal["cpu", "nccl", "ipc"] = Field(
         default="cpu",
-        description="cpu: safetensors bytes through Ray's object store (any device); nccl: vLLM's native GPU broadcast",
+        description="cpu: safetensors bytes through Ray's object store (any device); nccl: vLLM's native GPU "
+        "broadcast (the trainer and the engines on separate GPUs); ipc: CUDA IPC handles of packed buffers, for a "
+        "trainer and engines sharing one machine's one GPU",
     )
-
-    @model_validator(mode="after")
-    def _placeable(self) -> WeightSyncConfig:
-        if self.transport == "ipc":
-            raise ValueError(
-                "transport 'ipc' needs the trainer and the engines colocated on the same GPUs; Tailor places them "
-                "on separate GPUs (use 'nccl' or 'cpu')"
-            )
-        return self
 
 
 class MemoryConfig(Strict):

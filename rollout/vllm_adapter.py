@@ -82,6 +82,8 @@ class VllmEngine:
                 from vllm.config import WeightTransferConfig
 
                 kwargs["weight_transfer_config"] = WeightTransferConfig(backend=spec.weight_transfer)
+            if spec.weight_transfer == "ipc":  # the trainer's CUDA IPC handles reach the engine core pickled, which
+                os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # vLLM refuses unless allowed (its own child)
         with _engine_core_in_process(self.cpu):
             self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         # vLLM >= 0.27 stamps every token with the weight version it was sampled under; 0.26 (the last release for

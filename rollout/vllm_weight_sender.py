@@ -6,9 +6,9 @@ hands ``NativeWeightSender`` to the trainer actor (``init_native_weight_sync``),
 
 Two trainer-side APIs exist. vLLM >= 0.27 has trainer engines (``WeightTransferTrainerFactory.trainer_init`` with a
 ``TrainerInitInfo``; one ``send_weights`` drives the whole round). vLLM 0.26, the last release built for torch 2.11,
-has only the NCCL pieces: the trainer opens the group, broadcasts, and drives the start / update / finish calls
-itself (``_Vllm026NcclSender``; its rendezvous ran on an H200 up to NCCL's refusal of two ranks on one GPU). The
-receiving side is the same in both.
+has only the pieces: the trainer drives the start / update / finish calls itself around the NCCL broadcast
+(``_Vllm026NcclSender``; its rendezvous ran on an H200 up to NCCL's refusal of two ranks on one GPU) or the CUDA IPC
+handles of packed buffers (``_Vllm026IpcSender``). The receiving side is the same in both.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ class NativeWeightSender:
         if backend not in ("nccl", "ipc"):
             raise ValueError(f"unknown native weight-transfer backend {backend!r}; use 'nccl' or 'ipc'")
         if not hasattr(nccl_engine, "NCCLTrainerInitInfo"):  # vLLM 0.26
-            if backend != "nccl":
-                raise ValueError("with vLLM 0.26 the native weight transfer is nccl only")
-            self.engine: Any = _Vllm026NcclSender(model, client, len(rollout_handles))
+            self.engine: Any = (
+                _Vllm026NcclSender(model, client, len(rollout_handles))
+                if backend == "nccl"
+                else _Vllm026IpcSender(model, client)
+            )
             return
         from vllm.distributed.weight_transfer import ModuleSource, WeightTransferTrainerFactory
 
@@ -58,7 +60,7 @@ class NativeWeightSender:
 class _Vllm026NcclSender:
     """vLLM 0.26's NCCL transfer driven by hand: one rendezvous, then per sync start -> (the engines receive while
     this process broadcasts, packed) -> finish. Parameters go in the trainer's dtype; the engine casts them as it
-    loads. (0.26's CUDA IPC route is not wired: Tailor's config refuses ``ipc``.)"""
+    loads."""
 
     def __init__(self, model: Any, client: Any, engines: int) -> None:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferEngine
@@ -85,3 +87,31 @@ class _Vllm026NcclSender:
             self.nccl.trainer_send_weights(iter(params), {"group": self.group, "packed": True})
             received.result()
         self.client.finish_weight_update()
+
+
+class _Vllm026IpcSender:
+    """vLLM 0.26's CUDA IPC transfer driven by hand, for a trainer and engines on one GPU: per sync start -> the
+    parameters packed into buffers of vLLM's default size, each buffer's IPC handle sent to every engine, which loads
+    from it before the next is packed -> finish. Nothing crosses the host. The handles reach the engine core
+    pickled (``ipc_handles_pickled``): the adapter allows that for an ``ipc`` engine."""
+
+    def __init__(self, model: Any, client: Any) -> None:
+        from vllm.distributed.weight_transfer.ipc_engine import IPCWeightTransferEngine
+
+        self.model, self.client, self.ipc = model, client, IPCWeightTransferEngine
+        client.init_weight_transfer_engine({})  # IPC needs no rendezvous
+
+    def send_weights(self) -> None:
+        params = ((name, p.detach()) for name, p in self.model.named_parameters())
+        self.client.start_weight_update()
+        self.ipc.trainer_send_weights(params, {"send_mode": self._update, "packed": True})
+        self.client.finish_weight_update()
+
+    def _update(self, info: Any) -> None:
+        """One packed buffer to every engine; returns once they have loaded it (the buffer is then reused)."""
+        import base64
+        import pickle
+
+        handles = base64.b64encode(pickle.dumps(info.ipc_handles)).decode()
+        fields = ("names", "dtype_names", "shapes", "tensor_sizes", "packed")
+        self.client.update_weights({**{f: getattr(info, f) for f in fields}, "ipc_handles_pickled": handles})

@@ -803,6 +803,28 @@ def test_nccl_weights_on_a_machine_without_gpus_are_refused_before_ray(tmp_path,
     assert err == "bad input: weight_sync.transport=nccl needs GPUs, and this machine has none; use transport=cpu"
 
 
+def test_ipc_weights_without_one_shared_gpu_are_refused_before_ray(tmp_path, capsys, nothing_starts):
+    """CUDA IPC needs the trainer and the engines on this machine's one GPU, from one trainer rank."""
+    import torch
+
+    if torch.cuda.device_count() == 1:
+        pytest.skip("this machine has one GPU: IPC weight transport is allowed")
+    gpus = torch.cuda.device_count()
+    assert _run(["train", "arith_tiny", "weight_sync.transport=ipc", f"output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"bad input: weight_sync.transport=ipc needs the trainer and the engines on one GPU, and this machine has "
+        f"{gpus}; use {'nccl' if gpus else 'cpu'}"
+    )
+
+
+def test_ipc_weights_on_a_cluster_are_refused_before_ray(tmp_path, capsys, nothing_starts):
+    argv = ["train", "arith_tiny", "weight_sync.transport=ipc", "ray.address=127.0.0.2:6379", f"output_dir={tmp_path}"]
+    assert _run(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "bad input: weight_sync.transport=ipc shares one machine's one GPU; on a cluster use nccl or cpu"
+
+
 def test_a_reward_returning_none_for_every_sample_is_a_warning(tmp_path, capsys):
     body = "def r(completions, **kw):\n    return [None] * len(completions)\n"
     preflight(load_config("recipes/arith_tiny.yaml", _bad_reward(tmp_path, body)))

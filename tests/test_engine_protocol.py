@@ -133,3 +133,39 @@ def test_an_aborted_delta_merged_with_vllm_0_26s_repeat_keeps_its_own_log_probs(
     assert len(pending.outputs[0].logprobs) == 5
     _append_output(trace, pending.outputs[0])
     assert trace.tokens == [5, 6, 7, 8] and trace.logprobs == [-0.1, -0.2, -0.3, -0.4]
+
+
+def test_the_vllm_026_ipc_sender_drives_start_each_buffer_then_finish():
+    """Sequencing only (CUDA IPC itself runs on a GPU: tests/test_gpu_weight_ipc.py): every parameter goes to vLLM's
+    packer, each packed buffer's update reaches the engines with its handles pickled as 0.26's parser reads them."""
+    import base64
+    import pickle
+    from types import SimpleNamespace
+
+    import torch
+    from rl.rollout.vllm_weight_sender import _Vllm026IpcSender
+
+    calls: list[tuple] = []
+
+    class Client:  # vLLM's weight-sync client: records each call
+        def __getattr__(self, name: str):
+            return lambda *args: calls.append((name, *args))
+
+    class Packer:  # stands in for IPCWeightTransferEngine: two buffers of the parameters it is handed
+        @staticmethod
+        def trainer_send_weights(iterator, args):
+            names = [name for name, _ in iterator]
+            for i, half in enumerate((names[:1], names[1:])):
+                n = len(half)
+                info = SimpleNamespace(names=half, dtype_names=["float32"] * n, shapes=[[2]] * n,
+                                       tensor_sizes=[8] * n, packed=args["packed"], ipc_handles={"gpu": i})  # fmt: skip
+                args["send_mode"](info)
+
+    sender = _Vllm026IpcSender(torch.nn.Linear(2, 2), Client())
+    sender.ipc = Packer
+    sender.send_weights()
+    assert [c[0] for c in calls] == ["init_weight_transfer_engine", "start_weight_update", "update_weights",
+                                     "update_weights", "finish_weight_update"]  # fmt: skip
+    updates = [c[1] for c in calls if c[0] == "update_weights"]
+    assert [u["names"] for u in updates] == [["weight"], ["bias"]] and all(u["packed"] for u in updates)
+    assert [pickle.loads(base64.b64decode(u["ipc_handles_pickled"])) for u in updates] == [{"gpu": 0}, {"gpu": 1}]

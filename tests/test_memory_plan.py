@@ -70,6 +70,17 @@ def test_full_fine_tuning_keeps_sixteen_bytes_a_parameter_and_activations_per_to
     assert t.peak == 16 * p + 2 * p + t.activations + t.logits + t.logit_grads
 
 
+def test_an_ipc_sync_adds_vllms_packed_buffer_between_steps():
+    """CUDA IPC packs the weights into one 1 GiB buffer on the trainer's GPU while no step runs: where a step's
+    backward pass needs less (SmolLM2 at a small micro-batch), the sync sets the peak."""
+    small = ("train.micro_batch_tokens=256", "rollout.max_model_len=256", "rollout.max_tokens=127")
+    cpu, ipc = trainer_need(SMOL, _cfg(*small)), trainer_need(SMOL, _cfg(*small, "weight_sync.transport=ipc"))
+    assert (cpu.sync, ipc.sync) == (0, GIB)
+    assert cpu.peak < ipc.peak == ipc.state + GIB  # the step's own peak is below the buffer
+    big = trainer_need(QWEN15, _cfg("train.micro_batch_size=8", "weight_sync.transport=ipc"))
+    assert big.peak == trainer_need(QWEN15, _cfg("train.micro_batch_size=8")).peak  # a step needs more than 1 GiB
+
+
 def test_checkpointing_keeps_each_layers_input_and_recomputes_one_layer():
     full = trainer_need(
         QWEN15, _cfg("train.micro_batch_size=8", "rollout.max_model_len=2112", "rollout.max_tokens=2048")

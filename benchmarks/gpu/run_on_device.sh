@@ -26,7 +26,9 @@
 #          (150 s: its engine start took 45 s on a warm machine and 100 s in all was not enough, 2026-11-27).
 # dummy7b, dummy1.5b: rl bench rollout at Qwen2.5-7B / -1.5B shapes, vLLM dummy weights, random prompts, sample
 #          lengths drawn from the arith_smollm2 length model at a 1024-token cap: plain, shadow, darts+long_wait.
-# tests: the GPU-only tests (skipped on CPU machines).
+# tests: the GPU-only tests (skipped on CPU machines), the CUDA IPC weight sync's among them (150 s).
+# ipc: (150 s) `rl train arith_smollm2` for 3 steps with weight_sync.transport=ipc on the one GPU: each step's
+#      weight_sync_s and log-prob gap in $OUT/ipc.jsonl.
 # train: a few steps of a GSM8K-shaped recipe (local data file) end to end; weights through the file route.
 # memplan: (150 s, plus up to 90 s to build SmolLM2 on a fresh machine) `rl train arith_smollm2` for 3 steps with
 #          trainer and engine on the one GPU: the memory plan's line and share against the trainer's
@@ -115,7 +117,8 @@ if [[ $steps == *,profile,* ]]; then
     --steps 128 --stream-interval 16 --cuda-graph --out "$OUT/profile_smollm2.json"
 fi
 if [[ $steps == *,tests,* ]]; then
-  run tests 90 python3 -m pytest -q -p no:cacheprovider -o addopts="" "$repo/tests/test_gpu_trainer.py" "$repo/tests/test_gpu_kernels.py"
+  run tests 150 python3 -m pytest -q -s -p no:cacheprovider -o addopts="" "$repo/tests/test_gpu_trainer.py" \
+    "$repo/tests/test_gpu_kernels.py" "$repo/tests/test_gpu_weight_ipc.py"
   cp /root/res/tests.log "$OUT/tests.txt"
 fi
 
@@ -131,6 +134,12 @@ if [[ $steps == *,memplan,* ]]; then
   python3 "$repo/benchmarks/gpu/memplan_report.py" /root/res/memplan.log /root/res/runs/memplan/metrics.jsonl \
     /root/res/memplan_smi.txt "${memplan[@]}" > "$OUT/memplan.json" 2>> "$OUT/log.txt"
   cat "$OUT/memplan.json" >> "$OUT/log.txt"
+fi
+
+if [[ $steps == *,ipc,* ]]; then
+  run ipc 150 python3 -m rl.cli train arith_smollm2 train.max_steps=3 eval.every=0 eval.num_problems=16 \
+    train.save_checkpoint=false weight_sync.transport=ipc output_dir=/root/res/runs name=ipc --verbose
+  cp /root/res/runs/ipc/metrics.jsonl "$OUT/ipc.jsonl" 2>/dev/null
 fi
 
 python3 "$repo/benchmarks/gpu/gsm8k_like.py" /root/gsm8k_like.jsonl 512

@@ -66,6 +66,8 @@ VLLM_CUDA_GRAPH_BYTES = GIB  # with rollout.enforce_eager=false: vLLM >= 0.21 co
 VLLM_DEFAULT_MAX_NUM_SEQS = 128  # rollout.max_num_seqs=None: vLLM's SchedulerConfig.DEFAULT_MAX_NUM_SEQS (0.26-0.32)
 VLLM_BLOCK_TOKENS = 16  # vLLM's KV cache block on CUDA: a sequence takes whole blocks
 LOGPROB_BLOCK_ELEMENTS = 1 << 26  # kernels/token_logprobs.py BLOCK_ELEMENTS (not imported: it imports torch)
+IPC_BUFFER_BYTES = GIB  # weight_sync.transport=ipc: the packed buffer vLLM 0.26 allocates on the trainer's GPU for a
+# sync (DEFAULT_PACKED_BUFFER_SIZE_BYTES), between steps
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ class TrainerNeed:
     step: int  # AdamW's temporaries while it steps
     checkpointing: bool
     tokens: int  # of the largest micro-batch
+    sync: int = 0  # a weight sync's own buffer on the trainer's GPU, between steps (ipc); 0 where none
 
     @property
     def state(self) -> int:
@@ -167,7 +170,7 @@ class TrainerNeed:
             backward = self.activations + self.logits + max(self.bf16_copies, self.recompute + self.logit_grads)
         else:
             backward = self.bf16_copies + self.activations + self.logits + self.logit_grads
-        return self.state + max(backward, self.step)
+        return self.state + max(backward, self.step, self.sync)
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,7 @@ def trainer_need(shape: ModelShape, cfg: RunConfig) -> TrainerNeed:
         tokens=n,
         step=4 * trainable // k,
         checkpointing=t.gradient_checkpointing,
+        sync=IPC_BUFFER_BYTES if cfg.weight_sync.transport == "ipc" else 0,
     )
 
 

@@ -54,6 +54,8 @@ def preflight(cfg: RunConfig) -> RunInputs:
         for bind in cfg.rollout.cpu_threads_bind or []:
             check_local_cores(bind, "rollout.cpu_threads_bind")
         _check_local_gpus(cfg)
+    elif cfg.weight_sync.transport == "ipc":
+        raise BadInput("weight_sync.transport=ipc shares one machine's one GPU; on a cluster use nccl or cpu")
     model_dir = check_model_path(cfg.model.path)
     encoder = prompt_encoder(model_dir, cfg.model.path)
     _check_context_length(model_dir, cfg.rollout.max_model_len)
@@ -232,11 +234,22 @@ def prompt_encoder(model_dir: str, path: str, where: str = "model.path") -> Prom
 
 
 def _check_local_gpus(cfg: RunConfig) -> None:
-    """NCCL weight transport only where there are GPUs (a cluster's are checked once Ray is up)."""
+    """NCCL weight transport only where there are GPUs (a cluster's are checked once Ray is up); CUDA IPC only
+    where the trainer and every engine share this machine's one GPU, from one trainer rank."""
     import torch
 
-    if cfg.weight_sync.transport == "nccl" and not torch.cuda.is_available():
+    transport = cfg.weight_sync.transport
+    if transport == "nccl" and not torch.cuda.is_available():
         raise BadInput("weight_sync.transport=nccl needs GPUs, and this machine has none; use transport=cpu")
+    if transport == "ipc":
+        gpus = torch.cuda.device_count()
+        if gpus != 1:
+            raise BadInput(
+                f"weight_sync.transport=ipc needs the trainer and the engines on one GPU, and this machine has "
+                f"{gpus}; use {'nccl' if gpus else 'cpu'}"
+            )
+        if cfg.train.num_workers != 1:
+            raise BadInput("weight_sync.transport=ipc sends from one trainer: set train.num_workers=1")
 
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
