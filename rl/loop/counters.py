@@ -23,6 +23,7 @@ class RunCounters:
     dropped_groups: dict[str, int] = field(default_factory=dict)
     reward_failures: dict[str, int] = field(default_factory=dict)
     scored_samples: int = 0  # samples given to the reward functions (reward_failures["none"] counts those unscored)
+    stalls: int = 0  # waits that outlasted the stall limit (rl.loop.stall), each warned of
 
     def drop(self, reason: str) -> None:
         self.dropped_groups[reason] = self.dropped_groups.get(reason, 0) + 1

@@ -31,6 +31,7 @@ from rl.loop.admission import AdmissionControl
 from rl.loop.counters import RunCounters
 from rl.loop.groups import GroupMaker, new_shaping
 from rl.loop.records import step_metrics, step_timing, summarize_run, summary_scalars
+from rl.loop.stall import StallWatch, warn_of_stalls
 from rl.loop.steps import RunStopped, batch_step, streamed_step
 from rl.loop.weight_sync import WeightSync
 from rl.output.completions import completion_rows
@@ -96,6 +97,7 @@ class Driver:
         self.eval_sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.eval.temperature)  # 0 = greedy
         self.admission = AdmissionControl(cfg.train.batch_groups, cfg.train.max_staleness)
         self.counters = RunCounters(**saved.get("counters", {}))
+        self.stall = StallWatch()  # what the training loop waits on: a wait far longer than a step is warned of
         self.failure: str | None = None  # why the run stopped on an error, if it did
         self.stopping = asyncio.Event()
         self.stop_signal: int | None = None  # a stop signal asked for a checkpoint, then a clean stop
@@ -130,7 +132,8 @@ class Driver:
         if cfg.weight_sync.transport != "cpu" and not ray.cluster_resources().get("GPU"):
             if owns_ray:
                 ray.shutdown()
-            raise RunFailed("weight_sync.transport=nccl needs GPUs, and this Ray cluster has none; use transport=cpu")
+            transport = cfg.weight_sync.transport
+            raise RunFailed(f"weight_sync.transport={transport} needs GPUs, and this Ray cluster has none; use cpu")
         r = cfg.reward
         self.rewards = RewardPool([(f.spec, f.weight) for f in r.functions], r.num_workers, r.timeout_s, r.on_failure)
         self.fleet_started = time.monotonic()
@@ -154,10 +157,13 @@ class Driver:
                     raise
                 return self._stopped_while_starting()
             rollouts = asyncio.create_task(self.continuous_rollouts())
+            stalls = asyncio.create_task(warn_of_stalls(self.stall, self._rollout_state, self._count_stall))
             try:
                 await self.continuous_training()
             except RayActorError as e:  # a trainer rank or the buffer: the run cannot train on without it
                 self._fail(f"{died(e)}; the run cannot train on without it")
+            finally:
+                stalls.cancel()
             self.stopping.set()
             rollouts.cancel()
             await asyncio.gather(rollouts, return_exceptions=True)
@@ -193,6 +199,30 @@ class Driver:
             await self.fleet.shutdown(SHUTDOWN_WAIT_S if stopped_while_starting else None)
             if owns_ray:
                 ray.shutdown()
+
+    def _count_stall(self) -> None:
+        self.counters.stalls += 1
+
+    async def _rollout_state(self) -> str:
+        """How the rollouts stand, for a stall warning: the buffer, the groups being sampled, the engines' unfinished
+        requests (an actor that does not answer within 5 s is said not to)."""
+
+        async def ask(call: Any) -> Any:
+            try:
+                return await asyncio.wait_for(call, 5.0)
+            except (TimeoutError, RayActorError):
+                return None
+
+        buffer = await ask(self.fleet.buffer.stats.remote())
+        engines = [await ask(w.stats.remote()) for w in self.fleet.rollout.live]
+        held = "does not answer" if buffer is None else f"holds {buffer['in_buffer']}"
+        silent = sum(e is None for e in engines)
+        requests = sum(e["unfinished"] for e in engines if e is not None)
+        return (
+            f"the buffer {held} of the {self.cfg.train.batch_groups} groups a step takes, "
+            f"{self.admission.in_flight} groups are being sampled, the engines hold {requests} unfinished requests"
+            + (f" ({silent} of {len(engines)} engines do not answer)" if silent else "")
+        )
 
     def _records_unwritten(self) -> str | None:
         """Why the run's records (metrics, completions) stopped reaching the disk, or None while they do."""
@@ -348,6 +378,7 @@ class Driver:
             if self.stopping.is_set():
                 log.error("stopping before step %d", step)
                 break
+            self.stall.waiting_for(f"step {step} (its batch, then the trainers)", rollouts=True)
             try:
                 take = streamed_step if cfg.periodic_async else batch_step
                 groups, results = await take(self.cfg, self.fleet, self.version, self.stopping)
@@ -365,6 +396,7 @@ class Driver:
             batch_stats = summarize_groups(groups, self.version)
             self.version = step
             errors, dropped = self.counters.rollout_errors, self.groups.dynamic_sampling.end_step()
+            self.stall.waiting_for(f"the weight sync of version {step}")
             synced = await self.weights.sync(self.version) if step % cfg.sync_every == 0 else {}
             # the clock and the idle total are read together, after the sync: a step's idle lies within its interval
             now, busy, idle = time.monotonic(), max(r["seconds"] for r in results), self.admission.idle_seconds()
@@ -373,6 +405,7 @@ class Driver:
             if self.governor:  # the next batch's plans take the steered redundancy
                 redundancy = self.governor.update(metrics["rollout_idle_frac"])
                 self.policy.avg_redundancy = metrics["avg_redundancy"] = redundancy
+            self.stall.step_took(now - last)
             last, last_idle = now, idle
             self.logger.log(step, metrics)
             self.logger.log_completions(step, completion_rows(step, groups, self.cfg.logging.completions_per_step))
@@ -383,6 +416,7 @@ class Driver:
                 break
             every = cfg.checkpoint_every
             if cfg.save_checkpoint and step < cfg.max_steps and (self.stop_signal or (every and step % every == 0)):
+                self.stall.waiting_for(f"the checkpoint of step {step}")
                 try:
                     await self._checkpoint()
                 except checkpoint.CheckpointNotWritten as e:
@@ -392,6 +426,7 @@ class Driver:
                 log.warning("stopped at step %d on %s", step, signal.Signals(self.stop_signal).name)
                 break
             if self.cfg.eval.every and step % self.cfg.eval.every == 0 and step < cfg.max_steps:
+                self.stall.waiting_for(f"the evaluation after step {step}")
                 await self.weights.synced()
                 await self._evaluate(f"step{step}")
         await self.weights.synced()

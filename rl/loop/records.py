@@ -62,6 +62,7 @@ def summarize_run(counters: RunCounters, open_groups: int, **head: Any) -> dict[
         "dropped_groups": counters.dropped_groups,
         "reward_failures": counters.reward_failures,
         "scored_samples": counters.scored_samples,
+        "stalls": counters.stalls,
     }
 
 

@@ -269,7 +269,7 @@ def run_summary(summary: dict, run_dir: Path) -> str:
             f"in {summary['train_seconds']:.0f} s of training ({summary['steps']} step{'s'[: summary['steps'] != 1]})"
         )
     # faults only: groups dropped as stale or without signal are the algorithm at work (summary.json counts them)
-    faults = {k: summary.get(k) for k in ("rollout_errors", "dead_workers", "restarted_workers")}
+    faults = {k: summary.get(k) for k in ("rollout_errors", "dead_workers", "restarted_workers", "stalls")}
     failures = dict(summary.get("reward_failures") or {})
     unscored = failures.pop("none", 0)
     faults |= {f"reward {k}": v for k, v in failures.items()}

@@ -1,0 +1,73 @@
+"""Stall warnings: a run that has waited on one thing far longer than its steps take says so, and on what.
+
+The training loop names each wait as it enters it (``StallWatch.waiting_for``: a step's batch and trainer step, a
+weight sync, a checkpoint, an evaluation) and reports each step's time (``step_took``). ``overdue`` says when the
+current wait has outlasted the limit, then again at each further multiple of it. The limit is ``STALL_FLOOR_S``, or
+``STALL_STEPS`` times the slowest step so far where that is longer: a large model's slow steps, and the checkpoint
+or evaluation that takes a few of them, are not stalls. A hung engine, trainer rank or actor is: nothing else says
+so, since every wait on them is unbounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("rl.stall")
+
+STALL_FLOOR_S = 120.0  # never a warning sooner
+STALL_STEPS = 5.0  # nor before this many of the slowest step so far
+STALL_CHECK_S = 5.0  # how often the driver asks
+
+
+@dataclass
+class StallWatch:
+    """What the training loop waits on, since when, and how long its steps take."""
+
+    clock: Callable[[], float] = time.monotonic
+    what: str = "the first step"
+    rollouts: bool = True  # whether the wait depends on the rollouts (a step's batch): the warning says how they stand
+    since: float = field(init=False)
+    slowest: float = 0.0  # the slowest step so far, seconds
+    warnings: int = 0  # about the current wait
+
+    def __post_init__(self) -> None:
+        self.since = self.clock()
+
+    def waiting_for(self, what: str, rollouts: bool = False) -> None:
+        """The loop starts a new wait: on ``what``."""
+        self.what, self.rollouts, self.since, self.warnings = what, rollouts, self.clock(), 0
+
+    def step_took(self, seconds: float) -> None:
+        self.slowest = max(self.slowest, seconds)
+
+    def limit(self) -> float:
+        return max(STALL_FLOOR_S, STALL_STEPS * self.slowest)
+
+    def overdue(self) -> float | None:
+        """The seconds the current wait has lasted when a warning about it is due (once per multiple of the limit;
+        ``warnings`` then counts it), else None."""
+        waited = self.clock() - self.since
+        if waited < (self.warnings + 1) * self.limit():
+            return None
+        self.warnings += 1
+        return waited
+
+
+async def warn_of_stalls(
+    watch: StallWatch, rollout_state: Callable[[], Awaitable[str]], on_stall: Callable[[], None]
+) -> None:
+    """Until cancelled: every ``STALL_CHECK_S`` a WARNING for an overdue wait, saying how the rollouts stand where
+    the wait depends on them; ``on_stall`` once per stall (its first warning)."""
+    while True:
+        await asyncio.sleep(STALL_CHECK_S)
+        waited = watch.overdue()
+        if waited is None:
+            continue
+        if watch.warnings == 1:
+            on_stall()
+        state = f"; {await rollout_state()}" if watch.rollouts else ""
+        log.warning("stalled: no progress for %.0f s while waiting for %s%s", waited, watch.what, state)
