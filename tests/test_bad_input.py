@@ -814,7 +814,7 @@ def test_ipc_weights_without_one_shared_gpu_are_refused_before_ray(tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert err == (
         f"bad input: weight_sync.transport=ipc needs the trainer and the engines on one GPU, and this machine has "
-        f"{gpus}; use {'nccl' if gpus else 'cpu'}"
+        f"{gpus}; use transport={'nccl' if gpus else 'cpu'}"
     )
 
 
@@ -822,7 +822,8 @@ def test_ipc_weights_on_a_cluster_are_refused_before_ray(tmp_path, capsys, nothi
     argv = ["train", "arith_tiny", "weight_sync.transport=ipc", "ray.address=127.0.0.2:6379", f"output_dir={tmp_path}"]
     assert _run(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "bad input: weight_sync.transport=ipc shares one machine's one GPU; on a cluster use nccl or cpu"
+    cluster = "on a cluster use transport=nccl or cpu"
+    assert err == f"bad input: weight_sync.transport=ipc shares one machine's one GPU; {cluster}"
 
 
 def test_a_reward_returning_none_for_every_sample_is_a_warning(tmp_path, capsys):

@@ -73,7 +73,7 @@ def test_nccl_on_a_cluster_without_gpus_fails_before_any_actor(ray_session, tiny
     cfg = small_run(tmp_path, "nccl", "weight_sync.transport=nccl")
     inputs = preflight(small_run(tmp_path, "nccl", "weight_sync.transport=cpu"))
     driver = Driver(cfg, inputs)
-    message = "weight_sync.transport=nccl needs GPUs, and this Ray cluster has none; use cpu"
+    message = "weight_sync.transport=nccl needs GPUs, and this Ray cluster has none; use transport=cpu"
     with pytest.raises(RunFailed, match=f"^{message}$"):
         asyncio.run(driver.run())
     assert not hasattr(driver, "fleet")  # no actor was started: ``run`` sets the fleet only once it starts them

@@ -55,7 +55,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
             check_local_cores(bind, "rollout.cpu_threads_bind")
         _check_local_gpus(cfg)
     elif cfg.weight_sync.transport == "ipc":
-        raise BadInput("weight_sync.transport=ipc shares one machine's one GPU; on a cluster use nccl or cpu")
+        raise BadInput("weight_sync.transport=ipc shares one machine's one GPU; on a cluster use transport=nccl or cpu")
     model_dir = check_model_path(cfg.model.path)
     encoder = prompt_encoder(model_dir, cfg.model.path)
     _check_context_length(model_dir, cfg.rollout.max_model_len)
@@ -246,7 +246,7 @@ def _check_local_gpus(cfg: RunConfig) -> None:
         if gpus != 1:
             raise BadInput(
                 f"weight_sync.transport=ipc needs the trainer and the engines on one GPU, and this machine has "
-                f"{gpus}; use {'nccl' if gpus else 'cpu'}"
+                f"{gpus}; use transport={'nccl' if gpus else 'cpu'}"
             )
         if cfg.train.num_workers != 1:
             raise BadInput("weight_sync.transport=ipc sends from one trainer: set train.num_workers=1")

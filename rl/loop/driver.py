@@ -132,8 +132,8 @@ class Driver:
         if cfg.weight_sync.transport != "cpu" and not ray.cluster_resources().get("GPU"):
             if owns_ray:
                 ray.shutdown()
-            transport = cfg.weight_sync.transport
-            raise RunFailed(f"weight_sync.transport={transport} needs GPUs, and this Ray cluster has none; use cpu")
+            asked = f"weight_sync.transport={cfg.weight_sync.transport}"
+            raise RunFailed(f"{asked} needs GPUs, and this Ray cluster has none; use transport=cpu")
         r = cfg.reward
         self.rewards = RewardPool([(f.spec, f.weight) for f in r.functions], r.num_workers, r.timeout_s, r.on_failure)
         self.fleet_started = time.monotonic()
