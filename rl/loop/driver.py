@@ -9,6 +9,7 @@ log, evaluate. ``max_staleness=0`` makes the two alternate exactly (synchronous 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import re
@@ -31,7 +32,7 @@ from rl.loop.admission import AdmissionControl
 from rl.loop.counters import RunCounters
 from rl.loop.groups import GroupMaker, new_shaping
 from rl.loop.records import step_metrics, step_timing, summarize_run, summary_scalars
-from rl.loop.stall import StallWatch, warn_of_stalls
+from rl.loop.stall import StallWatch, rollout_state, warn_of_stalls
 from rl.loop.steps import RunStopped, batch_step, streamed_step
 from rl.loop.weight_sync import WeightSync
 from rl.output.completions import completion_rows
@@ -157,7 +158,8 @@ class Driver:
                     raise
                 return self._stopped_while_starting()
             rollouts = asyncio.create_task(self.continuous_rollouts())
-            stalls = asyncio.create_task(warn_of_stalls(self.stall, self._rollout_state, self._count_stall))
+            state = functools.partial(rollout_state, self.fleet, self.admission, cfg.train.batch_groups)
+            stalls = asyncio.create_task(warn_of_stalls(self.stall, state, self._count_stall))
             try:
                 await self.continuous_training()
             except RayActorError as e:  # a trainer rank or the buffer: the run cannot train on without it
@@ -202,27 +204,6 @@ class Driver:
 
     def _count_stall(self) -> None:
         self.counters.stalls += 1
-
-    async def _rollout_state(self) -> str:
-        """How the rollouts stand, for a stall warning: the buffer, the groups being sampled, the engines' unfinished
-        requests (an actor that does not answer within 5 s is said not to)."""
-
-        async def ask(call: Any) -> Any:
-            try:
-                return await asyncio.wait_for(call, 5.0)
-            except (TimeoutError, RayActorError):
-                return None
-
-        buffer = await ask(self.fleet.buffer.stats.remote())
-        engines = [await ask(w.stats.remote()) for w in self.fleet.rollout.live]
-        held = "does not answer" if buffer is None else f"holds {buffer['in_buffer']}"
-        silent = sum(e is None for e in engines)
-        requests = sum(e["unfinished"] for e in engines if e is not None)
-        return (
-            f"the buffer {held} of the {self.cfg.train.batch_groups} groups a step takes, "
-            f"{self.admission.in_flight} groups are being sampled, the engines hold {requests} unfinished requests"
-            + (f" ({silent} of {len(engines)} engines do not answer)" if silent else "")
-        )
 
     def _records_unwritten(self) -> str | None:
         """Why the run's records (metrics, completions) stopped reaching the disk, or None while they do."""

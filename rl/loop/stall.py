@@ -15,12 +15,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger("rl.stall")
 
 STALL_FLOOR_S = 120.0  # never a warning sooner
 STALL_STEPS = 5.0  # nor before this many of the slowest step so far
 STALL_CHECK_S = 5.0  # how often the driver asks
+ANSWER_S = 5.0  # how long a stall warning waits for each actor's state
 
 
 @dataclass
@@ -71,3 +73,27 @@ async def warn_of_stalls(
             on_stall()
         state = f"; {await rollout_state()}" if watch.rollouts else ""
         log.warning("stalled: no progress for %.0f s while waiting for %s%s", waited, watch.what, state)
+
+
+async def rollout_state(fleet: Any, admission: Any, batch_groups: int) -> str:
+    """How the rollouts stand, for a stall warning: the buffer, the groups being sampled, the engines' unfinished
+    requests (an actor that does not answer within ``ANSWER_S`` is said not to)."""
+    from ray.exceptions import RayActorError
+
+    async def ask(call: Any) -> Any:
+        try:
+            return await asyncio.wait_for(call, ANSWER_S)
+        except (TimeoutError, RayActorError):
+            return None
+
+    live = list(fleet.rollout.live)  # as it is now: a replacement may join while the answers come
+    calls = [fleet.buffer.stats.remote(), *[w.stats.remote() for w in live]]
+    buffer, *engines = await asyncio.gather(*[ask(call) for call in calls])
+    held = "does not answer" if buffer is None else f"holds {buffer['in_buffer']}"
+    silent = sum(e is None for e in engines)
+    requests = sum(e["unfinished"] for e in engines if e is not None)
+    return (
+        f"the buffer {held} of the {batch_groups} groups a step takes, {admission.in_flight} groups are being "
+        f"sampled, the engines hold {requests} unfinished requests"
+        + (f" ({silent} of {len(engines)} engines do not answer)" if silent else "")
+    )
