@@ -166,6 +166,7 @@ class Driver:
                 self._fail(f"{died(e)}; the run cannot train on without it")
             finally:
                 stalls.cancel()
+                await asyncio.gather(stalls, return_exceptions=True)
             self.stopping.set()
             rollouts.cancel()
             await asyncio.gather(rollouts, return_exceptions=True)
