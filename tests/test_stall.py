@@ -1,5 +1,5 @@
-"""Stall warnings (rl/loop/stall.py): when a wait outlasts the limit, and a real run whose reward stops for a while
-saying so once, with how its rollouts stand, counted in the summary, then training on."""
+"""Stall warnings (rl/loop/stall.py): when nothing finishing outlasts the limit, and a real run whose reward stops for a
+while saying so, with how its rollouts stand, counted once in the summary, then training on."""
 
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ def test_a_wait_is_overdue_past_the_floor_or_five_of_the_slowest_steps_then_at_e
     assert watch.overdue() is None
     clock.now += 2
     assert watch.overdue() == 301 and watch.what == "the checkpoint of step 3"
+    watch.progressed()  # a group finished: the same wait, but its clock of no progress starts again
+    clock.now += 299
+    assert watch.overdue() is None and watch.what == "the checkpoint of step 3"
 
 
 SLOW_REWARD = """
@@ -85,5 +88,5 @@ def test_a_run_whose_reward_stops_warns_once_and_trains_on(
     assert "step 2 (its batch, then the trainers)" in waits, warnings
     assert summary["stalls"] == len(set(waits))  # each stall counted once, however often it was warned of
     first = warnings[waits.index("step 2 (its batch, then the trainers)")]
-    assert first.startswith("stalled: no progress for ")
+    assert first.startswith("stalled: nothing has finished for ") and "(no group, no step)" in first
     assert "of the 4 groups a step takes" in first and "groups are being sampled" in first, first

@@ -319,6 +319,7 @@ class Driver:
             if self.counters.rollout_errors > 10 * self.cfg.train.batch_groups:
                 self._stop("too many rollout errors")
         finally:
+            self.stall.progressed()
             await self.admission.finish(accepted)
 
     def _finish(self, position: int) -> None:

@@ -1,11 +1,13 @@
-"""Stall warnings: a run that has waited on one thing far longer than its steps take says so, and on what.
+"""Stall warnings: a run in which nothing has finished for far longer than its steps take says so, and on what it
+waits.
 
 The training loop names each wait as it enters it (``StallWatch.waiting_for``: a step's batch and trainer step, a
-weight sync, a checkpoint, an evaluation) and reports each step's time (``step_took``). ``overdue`` says when the
-current wait has outlasted the limit, then again at each further multiple of it. The limit is ``STALL_FLOOR_S``, or
-``STALL_STEPS`` times the slowest step so far where that is longer: a large model's slow steps, and the checkpoint
-or evaluation that takes a few of them, are not stalls. A hung engine, trainer rank or actor is: nothing else says
-so, since every wait on them is unbounded.
+weight sync, a checkpoint, an evaluation) and reports each step's time (``step_took``); every group that ends (kept,
+dropped or failed) is progress too (``progressed``). ``overdue`` says when nothing has finished for longer than the
+limit, then again at each further multiple of it. The limit is ``STALL_FLOOR_S``, or ``STALL_STEPS`` times the
+slowest step so far where that is longer: a large model's slow steps, and the checkpoint or evaluation that takes a
+few of them, are not stalls. A hung engine, trainer rank or actor is: nothing else says so, since every wait on them
+is unbounded.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class StallWatch:
         """The loop starts a new wait: on ``what``."""
         self.what, self.rollouts, self.since, self.warnings = what, rollouts, self.clock(), 0
 
+    def progressed(self) -> None:
+        """Something finished (a group): the wait goes on, the clock of no progress starts again."""
+        self.since, self.warnings = self.clock(), 0
+
     def step_took(self, seconds: float) -> None:
         self.slowest = max(self.slowest, seconds)
 
@@ -62,8 +68,8 @@ class StallWatch:
 async def warn_of_stalls(
     watch: StallWatch, rollout_state: Callable[[], Awaitable[str]], on_stall: Callable[[], None]
 ) -> None:
-    """Until cancelled: every ``STALL_CHECK_S`` a WARNING for an overdue wait, saying how the rollouts stand where
-    the wait depends on them; ``on_stall`` once per stall (its first warning)."""
+    """Until cancelled: every ``STALL_CHECK_S`` a WARNING when nothing has finished for too long, saying how the
+    rollouts stand where the wait depends on them; ``on_stall`` once per stall (its first warning)."""
     while True:
         await asyncio.sleep(STALL_CHECK_S)
         waited = watch.overdue()
@@ -72,7 +78,12 @@ async def warn_of_stalls(
         if watch.warnings == 1:
             on_stall()
         state = f"; {await rollout_state()}" if watch.rollouts else ""
-        log.warning("stalled: no progress for %.0f s while waiting for %s%s", waited, watch.what, state)
+        log.warning(
+            "stalled: nothing has finished for %.0f s (no group, no step) while waiting for %s%s",
+            waited,
+            watch.what,
+            state,
+        )
 
 
 async def rollout_state(fleet: Any, admission: Any, batch_groups: int) -> str:
