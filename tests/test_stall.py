@@ -80,9 +80,14 @@ def test_a_run_whose_reward_stops_warns_once_and_trains_on(
         "reward.timeout_s=30",
     )
     caplog.set_level(logging.WARNING, logger="rl.stall")
+    progress = []
+    progressed = StallWatch.progressed
+    monkeypatch.setattr(StallWatch, "progressed", lambda self: progress.append(1) or progressed(self))
     summary = asyncio.run(Driver(cfg, start_actors=on_the_warm_engine(rollout_worker)).run())
 
     assert summary["steps"] == 3
+    # every group's end, every problem of the two evaluations (before training and after it, 8 problems each)
+    assert len(progress) == summary["groups_started"] + 2 * 8
     warnings = [r.getMessage() for r in caplog.records if r.name == "rl.stall"]
     waits = [w.split(" while waiting for ")[1].split(";")[0] for w in warnings]
     assert "step 2 (its batch, then the trainers)" in waits, warnings

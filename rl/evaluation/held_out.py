@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,12 +73,14 @@ async def sample_and_score(
     progress: str | None = None,
     state: RewardState | None = None,
     tools: Workflow | ToolSettings | None = None,
+    on_problem: Callable[[], None] | None = None,
 ) -> list[ProblemRecord]:
     """Sample ``samples`` responses per row (one group per row, spread over ``workers``) and score them, with
     ``state`` as the rewards' ``trainer_state`` (default: a run's start); with ``tools``, episodes of that workflow.
 
     A worker is a Ray rollout-worker handle or an in-process object with the same async ``generate_group`` and
-    ``generate_episodes``. ``progress``: the label of a progress bar over the problems (none when None).
+    ``generate_episodes``. ``progress``: the label of a progress bar over the problems (none when None);
+    ``on_problem``: called as each problem's samples are in (a run's stall watch counts it as progress).
     """
 
     def launch(worker: Any, row: PromptRow) -> Any:
@@ -94,6 +97,8 @@ async def sample_and_score(
         async def counted(call: Any) -> Any:
             result = await call
             bar.update()
+            if on_problem is not None:
+                on_problem()
             return result
 
         outs = await asyncio.gather(*map(counted, calls))
@@ -159,10 +164,13 @@ async def evaluate(
     samples: int = 1,
     state: RewardState | None = None,
     tools: Workflow | ToolSettings | None = None,
+    on_problem: Callable[[], None] | None = None,
 ) -> dict[str, float]:
-    """Summary metrics (see ``summarize``) of ``samples`` responses per row (``state``, ``tools``: see
-    ``sample_and_score``)."""
-    records = await sample_and_score(rows, workers, encoder, rewards, sampling, tag, samples, state=state, tools=tools)
+    """Summary metrics (see ``summarize``) of ``samples`` responses per row (``state``, ``tools``, ``on_problem``:
+    see ``sample_and_score``)."""
+    records = await sample_and_score(
+        rows, workers, encoder, rewards, sampling, tag, samples, state=state, tools=tools, on_problem=on_problem
+    )
     return summarize(records)
 
 

@@ -467,7 +467,10 @@ class Driver:
     async def _evaluate(self, tag: str) -> dict[str, float]:
         live, state = self.fleet.rollout.live, self._reward_state()
         rows, sampling, tools = self.test_rows, self.eval_sampling, self.groups.tools  # tools: episodes, as in training
-        metrics = await evaluate(rows, live, self.encoder, self.rewards, sampling, tag, state=state, tools=tools)
+        progressed = self.stall.progressed  # each problem's samples are progress for the stall watch
+        metrics = await evaluate(
+            rows, live, self.encoder, self.rewards, sampling, tag, state=state, tools=tools, on_problem=progressed
+        )
         self.logger.log(self.version, metrics, kind="eval")
         tqdm.write(eval_line(tag, self.version, metrics))  # above the training bar, which a print would break
         return metrics
