@@ -276,6 +276,34 @@ def test_a_stop_signal_while_starting_ends_the_run_before_training(
     assert "did not shut down within" in caplog.text
 
 
+class SlowStartWorker(FakeRolloutWorker):
+    """An engine that takes a second to start (its first ``stats`` call: the driver's wait for the engines)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.up = False
+
+    async def stats(self) -> dict[str, float]:
+        if not self.up:
+            await asyncio.sleep(1.0)
+            self.up = True
+        return {"startup_s": 1.0}
+
+
+def test_a_start_far_longer_than_the_limit_is_warned_of_as_the_start(tmp_path, monkeypatch, caplog):
+    """The stall watch covers the start-up: an engine that takes longer than the limit to come up is named."""
+    from rl.loop import stall
+
+    monkeypatch.setattr(stall, "STALL_FLOOR_S", 0.3)
+    monkeypatch.setattr(stall, "STALL_CHECK_S", 0.05)
+    caplog.set_level(logging.WARNING, logger="rl.stall")
+    cfg = small_run(tmp_path, "slow", "train.max_steps=1", "train.max_staleness=1")
+    summary = asyncio.run(Driver(cfg, start_actors=in_process_fleet([SlowStartWorker()], [], FakeTrainer())).run())
+    warned = [r.getMessage() for r in caplog.records if r.name == "rl.stall"]
+    assert any(w.endswith("while waiting for the rollout engines and the trainers to start") for w in warned), warned
+    assert summary["steps"] == 1 and summary["stalls"] >= 1
+
+
 def test_engines_and_trainers_share_the_gpus_when_there_are_fewer_gpus_than_actors():
     from rl.loop.actors import gpu_share
 

@@ -149,6 +149,9 @@ class Driver:
         config = cfg.model_dump(mode="json")
         self.logger = MetricsLogger(cfg.run_dir, resume_step=resume_step, wandb=cfg.logging.wandb, config=config)
         rollouts: asyncio.Task | None = None
+        self.stall.waiting_for("the rollout engines and the trainers to start")
+        state = functools.partial(rollout_state, self.fleet, self.admission, cfg.train.batch_groups)
+        stalls = asyncio.create_task(warn_of_stalls(self.stall, state, self._count_stall))
         try:
             self.starting = asyncio.create_task(self._start_up())
             try:
@@ -158,13 +161,11 @@ class Driver:
                     raise
                 return self._stopped_while_starting()
             rollouts = asyncio.create_task(self.continuous_rollouts())
-            state = functools.partial(rollout_state, self.fleet, self.admission, cfg.train.batch_groups)
-            stalls = asyncio.create_task(warn_of_stalls(self.stall, state, self._count_stall))
             try:
                 await self.continuous_training()
             except RayActorError as e:  # a trainer rank or the buffer: the run cannot train on without it
                 self._fail(f"{died(e)}; the run cannot train on without it")
-            finally:
+            finally:  # the start-up and the training loop are watched; the run's end is not
                 stalls.cancel()
                 await asyncio.gather(stalls, return_exceptions=True)
             self.stopping.set()
@@ -193,6 +194,8 @@ class Driver:
                 raise RunFailed(unwritten, summary)
             return summary
         finally:
+            stalls.cancel()  # where the start-up ended the run
+            await asyncio.gather(stalls, return_exceptions=True)
             if rollouts is not None:  # a run ended by an error: its groups in flight end before the reward pool
                 rollouts.cancel()
                 await asyncio.gather(rollouts, return_exceptions=True)
@@ -242,8 +245,10 @@ class Driver:
         if self.fleet.scorer:
             log.info("scorer worker up in %.1f s", (await self.fleet.scorer.stats.remote())["startup_s"])
         if self.resume:
+            self.stall.waiting_for("the restore of the checkpoint")
             await self._restore()
         else:
+            self.stall.waiting_for("the evaluation before training")
             self.accuracy_before = (await self._evaluate("before"))["accuracy"]
         return startup_s
 

@@ -1,8 +1,9 @@
 """Stall warnings: a run in which nothing has finished for far longer than its steps take says so, and on what it
 waits.
 
-The training loop names each wait as it enters it (``StallWatch.waiting_for``: a step's batch and trainer step, a
-weight sync, a checkpoint, an evaluation) and reports each step's time (``step_took``); every group that ends (kept,
+The driver names each wait as it enters it (``StallWatch.waiting_for``: the engines and trainers starting, the
+evaluation before training or the restore of a checkpoint, then each step's batch and trainer step, weight sync,
+checkpoint and evaluation) and reports each step's time (``step_took``); every group that ends (kept,
 dropped or failed) is progress too (``progressed``). ``overdue`` says when nothing has finished for longer than the
 limit, then again at each further multiple of it. The limit is ``STALL_FLOOR_S``, or ``STALL_STEPS`` times the
 slowest step so far where that is longer: a large model's slow steps, and the checkpoint or evaluation that takes a
@@ -32,8 +33,8 @@ class StallWatch:
     """What the training loop waits on, since when, and how long its steps take."""
 
     clock: Callable[[], float] = time.monotonic
-    what: str = "the first step"
-    rollouts: bool = True  # whether the wait depends on the rollouts (a step's batch): the warning says how they stand
+    what: str = "the start"
+    rollouts: bool = False  # whether the wait depends on the rollouts (a step's batch): the warning says how they stand
     since: float = field(init=False)
     slowest: float = 0.0  # the slowest step so far, seconds
     warnings: int = 0  # about the current wait
