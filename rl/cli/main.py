@@ -281,7 +281,17 @@ def _add_cluster(sub: argparse._SubParsersAction) -> None:
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:
-    """``kill`` unwinds the command as Ctrl-C does: its ``finally`` blocks stop engines and worker pools."""
+    """``kill`` unwinds the command as Ctrl-C does: its ``finally`` blocks stop engines and worker pools. Inside an
+    event loop the loop raises it, between two task steps: raised in whatever frame the signal interrupts, it could
+    land in a task that nobody awaits, and asyncio then prints that task's traceback as it exits."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop runs: unwind from here
+        raise Terminated(128 + signum) from None
+    loop.call_soon_threadsafe(_raise_terminated, signum)  # threadsafe: it also wakes a loop waiting in select
+
+
+def _raise_terminated(signum: int) -> NoReturn:
     raise Terminated(128 + signum)
 
 
