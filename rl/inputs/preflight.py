@@ -53,9 +53,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
     if cfg.ray.address is None:  # a local Ray: the rollout workers run on this machine's cores and GPUs
         for bind in cfg.rollout.cpu_threads_bind or []:
             check_local_cores(bind, "rollout.cpu_threads_bind")
-        _check_local_gpus(cfg)
-    elif cfg.weight_sync.transport == "ipc":
-        raise BadInput("weight_sync.transport=ipc shares one machine's one GPU; on a cluster use transport=nccl or cpu")
+    _check_weight_transport(cfg)
     model_dir = check_model_path(cfg.model.path)
     encoder = prompt_encoder(model_dir, cfg.model.path)
     _check_context_length(model_dir, cfg.rollout.max_model_len)
@@ -233,12 +231,18 @@ def prompt_encoder(model_dir: str, path: str, where: str = "model.path") -> Prom
         raise BadInput(f"{where} {path!r}: cannot load its tokenizer ({_line(e)})") from None
 
 
-def _check_local_gpus(cfg: RunConfig) -> None:
+def _check_weight_transport(cfg: RunConfig) -> None:
     """NCCL weight transport only where there are GPUs (a cluster's are checked once Ray is up); CUDA IPC only
-    where the trainer and every engine share this machine's one GPU, from one trainer rank."""
+    where the trainer and every engine share this machine's one GPU, from one trainer rank, never on a cluster."""
+    transport = cfg.weight_sync.transport
+    if cfg.ray.address is not None:
+        if transport == "ipc":
+            raise BadInput(
+                "weight_sync.transport=ipc shares one machine's one GPU; on a cluster use transport=nccl or cpu"
+            )
+        return
     import torch
 
-    transport = cfg.weight_sync.transport
     if transport == "nccl" and not torch.cuda.is_available():
         raise BadInput("weight_sync.transport=nccl needs GPUs, and this machine has none; use transport=cpu")
     if transport == "ipc":
