@@ -4,15 +4,15 @@ the real channel the engine samples with the trainer's weights. Skipped without 
 device machine: ``bash benchmarks/gpu/run_on_device.sh tests``)."""
 
 import asyncio
+from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import ray
 import torch
 from rl.rollout.engine import EngineSpec
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
-from test_weight_sync import PROMPT_TEXT, sample_once
+from test_weight_sync import PROMPT_TEXT, mean_abs_gap, sample_once
 
 from rl.loop.weight_channel import NativeWeightChannel
 from rl.types import Group, PromptRow
@@ -30,11 +30,10 @@ def test_an_ipc_sync_gives_the_engine_the_trainers_weights(ray_session, tiny_mod
     worker = remote_rollout_worker(num_cpus=1, num_gpus=0.5).remote(spec)
     trainer = ray.remote(num_cpus=1, num_gpus=0.5)(TrainerWorker).remote(TrainerSpec(model=tiny_model_dir, lr=5e-2))
     prompt = encode(PROMPT_TEXT)
+    remote = SimpleNamespace(sequence_logprobs=lambda p, tokens: ray.get(trainer.sequence_logprobs.remote(p, tokens)))
 
-    def gap(samples) -> float:  # mean absolute per-token log-prob difference, engine (behaviour) against trainer
-        ours = ray.get([trainer.sequence_logprobs.remote(prompt, s.tokens) for s in samples])
-        pairs = zip(ours, samples, strict=True)
-        return float(np.mean([np.abs(np.array(t) - np.array(s.logprobs)).mean() for t, s in pairs]))
+    def gap(samples) -> float:  # test_weight_sync's measure, asking the trainer actor
+        return mean_abs_gap(remote, samples, prompt)
 
     try:
         samples = sample_once(worker, "ipc-0", prompt)
