@@ -165,6 +165,13 @@ class RolloutConfig(Strict):
         ge=1,
         description="vLLM's cap on running sequences; None: its default",
     )
+    sleep_while_training: bool = Field(
+        default=False,
+        description="GPU, synchronous runs (train.max_staleness=0): each engine gives its GPU memory back while the "
+        "trainers step (vLLM sleep mode: KV cache and weights discarded; with a LoRA adapter sync the weights wait in "
+        "host memory) and wakes to take the new weights, as TRL's vllm_enable_sleep_mode; the memory plan counts the "
+        "trainer's peak and the engines' need as apart in time. Asynchronous runs sample while they train",
+    )
     max_restarts: int = Field(
         default=1,
         ge=0,
@@ -629,6 +636,11 @@ class RunConfig(Strict):
             )
         if self.train.periodic_async and self.train.max_staleness != 0:
             raise ValueError("train.periodic_async needs train.max_staleness=0 (it is an on-policy mode)")
+        if self.rollout.sleep_while_training and (self.train.max_staleness != 0 or self.train.periodic_async):
+            raise ValueError(
+                "rollout.sleep_while_training puts the engines to sleep while the trainers step, but this run samples "
+                "while it trains: set train.max_staleness=0 and train.periodic_async=false, or leave it off"
+            )
         if self.train.periodic_async and self.algorithm.advantage.startswith("reinforce++"):
             raise ValueError(
                 f"train.periodic_async trains each group as it arrives, so algorithm.advantage must be "
@@ -859,6 +871,7 @@ TRL_NAMES = {
     "temperature": "rollout.temperature",
     "top_p": "rollout.top_p",
     "gradient_checkpointing": "train.gradient_checkpointing",
+    "vllm_enable_sleep_mode": "rollout.sleep_while_training",
 }
 
 

@@ -33,6 +33,7 @@ class EngineSpec:
     load_format: str = "auto"  # "dummy": random weights from the model's config.json alone (benchmarks at real shapes)
     skip_tokenizer_init: bool = False  # no tokenizer (a config-only model folder): token-id prompts, no texts
     lora: LoraConfig | None = None  # serve the policy as this adapter on the base model: weights are its tensors
+    sleep_mode: bool = False  # vLLM sleep mode (GPU engines): ``sleep`` gives the engine's GPU memory back
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,18 @@ class InferenceEngine(Protocol):
 
     async def resume(self) -> None:
         """Schedule again after ``pause``."""
+
+    async def sleep(self, level: int) -> None:
+        """Give the GPU memory back until ``wake_up``: the KV cache is discarded, the weights moved to host memory
+        (level 1) or discarded (level 2: the next ``load_weights`` brings them). Requests still running are aborted
+        and resubmitted once the engine is fully awake, like a sync's ``interrupt``."""
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        """Take back the memory of ``tags`` (``"weights"``, ``"kv_cache"``; None: both): weights first, so a sync
+        can load into them, then the KV cache; requests run again once both are back. Nothing on an engine awake."""
+
+    async def is_sleeping(self) -> bool:
+        """Whether any of the engine's memory sleeps or its scheduling is paused (the engine's own answer)."""
 
     async def load_weights(self, weights: bytes | str, version: int, interrupt: bool = False) -> float:
         """Load safetensors weights (bytes, or a file's path on this host) as ``version``: the whole model's, or

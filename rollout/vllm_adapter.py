@@ -84,6 +84,7 @@ class VllmEngine:
                 kwargs["weight_transfer_config"] = WeightTransferConfig(backend=spec.weight_transfer)
             if spec.weight_transfer == "ipc":  # the trainer's CUDA IPC handles reach the engine core pickled, which
                 os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # vLLM refuses unless allowed (its own child)
+            kwargs["enable_sleep_mode"] = spec.sleep_mode  # vLLM refuses it on a CPU; there sleep frees nothing
         with _engine_core_in_process(self.cpu):
             self.engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         # vLLM >= 0.27 stamps every token with the weight version it was sampled under; 0.26 (the last release for
@@ -93,8 +94,9 @@ class VllmEngine:
         self.version = 0
         self._live: dict[str, str] = {}  # trace id -> vLLM id of its current (possibly resubmitted) request
         self._caller_aborted: set[str] = set()
-        self._serving = asyncio.Event()  # cleared while weights load: resubmissions wait for it
+        self._serving = asyncio.Event()  # cleared while weights load or the engine sleeps: resubmissions wait for it
         self._serving.set()
+        self._asleep: set[str] = set()  # what ``sleep`` gave back and ``wake_up`` has not yet taken back
         self._lora: Any = None  # the LoRARequest every request carries, once an adapter is loaded (spec.lora)
         self._lora_dir = tempfile.mkdtemp(prefix="tailor-lora-") if spec.lora is not None else None
 
@@ -219,6 +221,24 @@ class VllmEngine:
         await self.engine.resume_generation()
         self._serving.set()
 
+    async def sleep(self, level: int) -> None:
+        """vLLM's sleep: running requests aborted (and resubmitted after the wake), then the memory given back."""
+        self._serving.clear()
+        await self.engine.sleep(level, mode="abort")
+        self._asleep = {"weights", "kv_cache"}
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        """Wake ``tags`` still asleep, weights before the KV cache; vLLM schedules again once nothing sleeps."""
+        waking = [tag for tag in ("weights", "kv_cache") if tag in self._asleep and (tags is None or tag in tags)]
+        if waking:
+            await self.engine.wake_up(waking)
+            self._asleep.difference_update(waking)
+            if not self._asleep:
+                self._serving.set()
+
+    async def is_sleeping(self) -> bool:
+        return await self.engine.is_sleeping()
+
     async def set_version(self, version: int) -> None:
         """Stamp tokens generated from now on with ``version`` (where vLLM cannot, requests submitted from now on)."""
         if self.stamps_versions:
@@ -232,10 +252,13 @@ class VllmEngine:
 
         In-flight requests are kept and continue with the new weights (``interrupt=False``, vLLM's pause
         ``keep``), or aborted and resubmitted by ``generate`` after the load (``interrupt=True``). The pause clears
-        the prefix cache, so no KV computed under the old weights or adapter is reused.
+        the prefix cache, so no KV computed under the old weights or adapter is reused. An engine woken from
+        ``sleep`` up to its weights is paused already, and stays so until its KV cache is back.
         """
         t0 = time.monotonic()
-        await self.pause(interrupt)
+        asleep = bool(self._asleep)
+        if not asleep:
+            await self.pause(interrupt)
         try:
             if self.spec.lora is not None:
                 await self._load_adapter(weights)
@@ -245,7 +268,8 @@ class VllmEngine:
                 await self.engine.collective_rpc(method, args=(weights,))
             await self.set_version(version)
         finally:
-            await self.resume()
+            if not asleep:
+                await self.resume()
         return time.monotonic() - t0
 
     async def _load_adapter(self, weights: bytes | str) -> None:

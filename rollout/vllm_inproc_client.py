@@ -78,6 +78,20 @@ class InprocAsyncClient(InprocClient):
         self._paused = False
         self._work.set()
 
+    async def sleep_async(self, level: int = 1, mode: str = "abort") -> None:
+        """The core's sleep after a pause of this client's (so aborted requests get their final outputs)."""
+        await self.pause_scheduler_async(mode=mode, clear_cache=True)
+        self.engine_core.sleep(level, mode)
+
+    async def wake_up_async(self, tags: list[str] | None = None) -> bool:
+        awake = self.engine_core.wake_up(tags)
+        if awake:
+            await self.resume_scheduler_async()
+        return awake
+
+    async def is_sleeping_async(self) -> bool:
+        return self.engine_core.is_sleeping()
+
     async def is_scheduler_paused_async(self) -> bool:
         return self._paused
 

@@ -107,6 +107,11 @@ class RolloutWorker:
     async def resume(self) -> None:
         await self.engine.resume()
 
+    # synchronous runs on one GPU (rollout.sleep_while_training): the engine's memory goes to the trainer for a step
+    sleep = _to_engine("sleep")
+    wake_up = _to_engine("wake_up")
+    is_sleeping = _to_engine("is_sleeping")
+
     # vLLM's VLLMWeightSyncClient protocol (native GPU weight transfer): the trainer's sender calls these by name
     init_weight_transfer_engine = _to_engine("init_weight_transfer_engine")
     start_weight_update = _to_engine("start_weight_update")

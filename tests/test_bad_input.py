@@ -826,6 +826,33 @@ def test_ipc_weights_on_a_cluster_are_refused_before_ray(tmp_path, capsys, nothi
     assert err == f"bad input: weight_sync.transport=ipc shares one machine's one GPU; {cluster}"
 
 
+def test_engine_sleep_is_refused_where_it_cannot_lend_gpu_memory(tmp_path, capsys, nothing_starts):
+    """Without a GPU (vLLM's CPU engines cannot sleep), on a cluster, and in a run that samples while it trains."""
+    import torch
+
+    asked = [
+        "train",
+        "arith_tiny",
+        "rollout.sleep_while_training=true",
+        "train.max_staleness=0",
+        f"output_dir={tmp_path}",
+    ]
+    if not torch.cuda.is_available():
+        assert _run(asked) == 2
+        no_gpu = "lends the engines' GPU memory to the trainer, and this machine has no GPU"
+        assert capsys.readouterr().err.strip() == (
+            f"bad input: rollout.sleep_while_training {no_gpu} (vLLM's CPU engines cannot sleep); leave it off"
+        )
+    assert _run([*asked, "ray.address=127.0.0.2:6379"]) == 2
+    cluster = "lends the engines' GPU memory to trainers on the same GPU; on a cluster leave it off"
+    assert capsys.readouterr().err.strip() == f"bad input: rollout.sleep_while_training {cluster}"
+    assert _run(["train", "arith_tiny", "rollout.sleep_while_training=true", f"output_dir={tmp_path}"]) == 2
+    assert capsys.readouterr().err.strip() == (  # the recipe's staleness 2
+        "invalid config: rollout.sleep_while_training puts the engines to sleep while the trainers step, but this run "
+        "samples while it trains: set train.max_staleness=0 and train.periodic_async=false, or leave it off"
+    )
+
+
 def test_a_reward_returning_none_for_every_sample_is_a_warning(tmp_path, capsys):
     body = "def r(completions, **kw):\n    return [None] * len(completions)\n"
     preflight(load_config("recipes/arith_tiny.yaml", _bad_reward(tmp_path, body)))

@@ -185,6 +185,29 @@ def test_the_suggested_micro_batch_is_the_largest_that_fits():
     assert "train.gradient_checkpointing=true" in line and "max_num_seqs" not in line
 
 
+def test_engines_asleep_while_the_trainer_steps_need_the_larger_moment_not_the_sum():
+    sizes = ["rollout.max_num_seqs=256", "rollout.max_model_len=2112", "rollout.max_tokens=2048"]
+    sizes += ["train.micro_batch_size=8", "train.gradient_checkpointing=true"]
+    awake_cfg, asleep_cfg = _cfg(*sizes), _cfg(*sizes, "rollout.sleep_while_training=true")
+    awake, asleep = make_plan(QWEN15, awake_cfg, 80 * GIB), make_plan(QWEN15, asleep_cfg, 80 * GIB)
+    t, e, contexts = awake.trainer, awake.engine, 2 * CUDA_CONTEXT_BYTES
+    assert (asleep.trainer, asleep.engine) == (t, e)
+    assert awake.need == t.peak + e.total + contexts
+    # sampling: the trainer's weights, gradients and AdamW beside the whole engine; training: the trainer's peak
+    # beside what a sleeping engine keeps (vLLM's overhead); here sampling is the larger moment, so sleeping saves
+    # what the trainer's step adds to its state (bf16 copies, activations, logits)
+    sampling, training = t.state + e.total, t.peak + e.overhead
+    assert asleep.need == max(sampling, training) + contexts == sampling + contexts
+    assert awake.need - asleep.need == t.peak - t.state > 10 * GIB
+    budget = (awake.need + asleep.need) // 2
+    short = make_plan(QWEN15, awake_cfg, budget)
+    assert not short.fits and make_plan(QWEN15, asleep_cfg, budget).fits
+    assert "rollout.sleep_while_training=true" in refusal(short, QWEN15, awake_cfg)
+    assert "asleep while the trainer steps" in asleep.line() and "asleep" not in awake.line()
+    stale = _cfg(*sizes, "train.max_staleness=2")  # it samples while it trains: sleep is no fix for it
+    assert "sleep_while_training" not in refusal(make_plan(QWEN15, stale, budget), QWEN15, stale)
+
+
 def test_checkpointing_is_suggested_where_it_alone_fits():
     # micro-batches of 8 rows of 2112 tokens: out of memory on an 80 GB H100 without checkpointing, 36.7 GiB with
     # it (benchmarks/gpu/h100_train_step_qwen2.5-1.5b.json); the engine small beside it

@@ -61,6 +61,12 @@ class TrainerWorker:
     def train_step(self, groups: list[Group]) -> dict[str, float]:
         return self.engine.train_step(groups)
 
+    def release_memory(self) -> None:
+        """Give the blocks torch's allocator caches on the GPU back to the device (rollout.sleep_while_training: the
+        engines sharing the GPU take them while they are awake)."""
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def sequence_logprobs(self, prompt_tokens: list[int], response_tokens: list[int]) -> list[float]:
         return self.engine.sequence_logprobs(prompt_tokens, response_tokens)
 

@@ -25,6 +25,10 @@ engine (vLLM, one per rollout worker)
 
 plus CUDA_CONTEXT_BYTES per process (the trainer ranks and the engines).
 
+With ``rollout.sleep_while_training`` the engines' weights and KV cache are given back while the trainers step, so
+the plan takes the larger of two moments instead of their sum: sampling (the trainers' state beside the engines'
+whole need) and training (the trainers' peak beside what a sleeping engine keeps, its vLLM overhead).
+
 The per-token-per-layer activation bytes count the tensors autograd saves in one Llama/Qwen2 decoder layer under
 Tailor's bf16 autocast with a float32 residual stream (the method of Korthikanti et al. 2022, "Reducing Activation
 Recomputation in Large Transformer Models", arXiv:2205.05198, which gives 34 h per token for a GPT layer in 16-bit
@@ -48,6 +52,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,6 +257,7 @@ class MemoryPlan:
     engines: int
     budget: int
     total: int
+    sleep: bool = False  # the engines sleep while the trainers step (rollout.sleep_while_training)
 
     @property
     def contexts(self) -> int:
@@ -259,7 +265,12 @@ class MemoryPlan:
 
     @property
     def need(self) -> int:
-        return self.ranks * self.trainer.peak + self.engines * self.engine.total + self.contexts
+        trainers, engines = self.ranks * self.trainer.peak, self.engines * self.engine.total
+        if self.sleep:
+            sampling = self.ranks * self.trainer.state + engines
+            training = trainers + self.engines * self.engine.overhead
+            return max(sampling, training) + self.contexts
+        return trainers + engines + self.contexts
 
     @property
     def spare(self) -> int:
@@ -287,8 +298,9 @@ class MemoryPlan:
             f"{_gib(t.gradients)}, AdamW {_gib(t.optimizer)}, bf16 copies {_gib(t.bf16_copies)}, activations "
             f"{_gib(t.activations + t.recompute)}, logits {_gib(t.logits + t.logit_grads)} for {t.tokens} tokens "
             f"a micro-batch, {how}) + engine {engines}{_gib(e.total)} GiB (weights {_gib(e.weights)}, KV cache "
-            f"{_gib(e.kv_cache)} for {e.seqs} sequences, vLLM {_gib(e.overhead)}) + CUDA contexts "
-            f"{_gib(self.contexts)} = {_gib(self.need)} of {_gib(self.budget)} GiB"
+            f"{_gib(e.kv_cache)} for {e.seqs} sequences, vLLM {_gib(e.overhead)}"
+            f"{', asleep while the trainer steps' if self.sleep else ''}) + CUDA contexts {_gib(self.contexts)} = "
+            f"{_gib(self.need)} of {_gib(self.budget)} GiB"
         )
 
 
@@ -305,6 +317,7 @@ def make_plan(shape: ModelShape, cfg: RunConfig, budget: int, total: int | None 
         engines=cfg.rollout.num_workers,
         budget=budget,
         total=total or budget,
+        sleep=cfg.rollout.sleep_while_training,
     )
 
 
@@ -335,15 +348,15 @@ def _fixes(shape: ModelShape, cfg: RunConfig, plan: MemoryPlan) -> list[str]:
         lora = LoraConfig()  # its default rank
         if _fits(shape, _with(cfg, "train", lora=lora), plan):
             fixes.append(f"train.lora.rank={lora.rank}")
+    synchronous = cfg.train.max_staleness == 0 and not cfg.train.periodic_async
+    if synchronous and not plan.sleep and _fits(shape, _with(cfg, "rollout", sleep_while_training=True), plan):
+        fixes.append("rollout.sleep_while_training=true")
     return fixes
 
 
 def _most_sequences(shape: ModelShape, cfg: RunConfig, plan: MemoryPlan) -> int | None:
     """The most engine sequences (below the planned number) that fit, or None if not even one does."""
-    per_seq = engine_need(shape, cfg, seqs=1).kv_cache
-    room = plan.budget - (plan.need - plan.engines * plan.engine.kv_cache)
-    seqs = min(room // (plan.engines * per_seq), plan.engine.seqs - 1) if room > 0 else 0
-    return int(seqs) if seqs >= 1 else None
+    return _largest(1, plan.engine.seqs - 1, lambda seqs: _fits(shape, _with(cfg, "rollout", max_num_seqs=seqs), plan))
 
 
 def _most_micro_batch_tokens(shape: ModelShape, cfg: RunConfig, plan: MemoryPlan) -> int | None:
@@ -353,7 +366,11 @@ def _most_micro_batch_tokens(shape: ModelShape, cfg: RunConfig, plan: MemoryPlan
     def fits(tokens: int) -> bool:
         return _fits(shape, _with(cfg, "train", micro_batch_tokens=tokens), plan)
 
-    low, high = cfg.rollout.max_model_len, plan.trainer.tokens - 1
+    return _largest(cfg.rollout.max_model_len, plan.trainer.tokens - 1, fits)
+
+
+def _largest(low: int, high: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest value in [low, high] that ``fits`` (true up to some value, false above it), or None."""
     if high < low or not fits(low):
         return None
     while low < high:  # fits(low) holds; the answer lies in [low, high]

@@ -54,6 +54,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
         for bind in cfg.rollout.cpu_threads_bind or []:
             check_local_cores(bind, "rollout.cpu_threads_bind")
     _check_weight_transport(cfg)
+    _check_engine_sleep(cfg)
     model_dir = check_model_path(cfg.model.path)
     encoder = prompt_encoder(model_dir, cfg.model.path)
     _check_context_length(model_dir, cfg.rollout.max_model_len)
@@ -254,6 +255,24 @@ def _check_weight_transport(cfg: RunConfig) -> None:
             )
         if cfg.train.num_workers != 1:
             raise BadInput("weight_sync.transport=ipc sends from one trainer: set train.num_workers=1")
+
+
+def _check_engine_sleep(cfg: RunConfig) -> None:
+    """Engines sleep to lend their memory to trainers on the same GPU: one machine with a GPU."""
+    if not cfg.rollout.sleep_while_training:
+        return
+    if cfg.ray.address is not None:
+        raise BadInput(
+            "rollout.sleep_while_training lends the engines' GPU memory to trainers on the same GPU; on a cluster "
+            "leave it off"
+        )
+    import torch
+
+    if not torch.cuda.is_available():
+        raise BadInput(
+            "rollout.sleep_while_training lends the engines' GPU memory to the trainer, and this machine has no GPU "
+            "(vLLM's CPU engines cannot sleep); leave it off"
+        )
 
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")

@@ -152,6 +152,7 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None 
         priority_scheduling=cfg.shaping.priority != "none",
         weight_transfer=cfg.weight_sync.transport,
         lora=cfg.train.lora if cfg.train.lora is not None and cfg.train.lora.sync == "adapter" else None,
+        sleep_mode=cfg.rollout.sleep_while_training,
     )
     binds = cfg.rollout.cpu_threads_bind or [None] * cfg.rollout.num_workers
     actor = remote_rollout_worker(num_cpus=1, num_gpus=_gpus_per_actor(cfg))

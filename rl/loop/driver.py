@@ -30,6 +30,7 @@ from rl.loop import checkpoint, placement
 from rl.loop.actors import ActorStarter, link_ray_logs, start_fleet, start_ray
 from rl.loop.admission import AdmissionControl
 from rl.loop.counters import RunCounters
+from rl.loop.engine_sleep import EngineSleep
 from rl.loop.groups import GroupMaker, new_shaping
 from rl.loop.records import step_metrics, step_timing, summarize_run, summary_scalars
 from rl.loop.stall import StallWatch, rollout_state, warn_of_stalls
@@ -141,7 +142,9 @@ class Driver:
         self.fleet = start_actors(cfg, self.model_dir, self.counters)
         scorer, state, fail = self.fleet.scorer, self._reward_state, self._fail
         self.groups = GroupMaker(cfg, self.encoder, self.policy, self.rewards, scorer, self.counters, state, fail)
-        self.weights = WeightSync(self.fleet.channel, self.admission, cfg.train.max_staleness >= 1, self._lost)
+        fleet = self.fleet
+        sleep = EngineSleep(cfg, fleet.rollout, fleet.trainers) if cfg.rollout.sleep_while_training else None
+        self.weights = WeightSync(self.fleet.channel, self.admission, cfg.train.max_staleness >= 1, self._lost, sleep)
         if not self.resume:
             checkpoint.start_fresh(cfg.run_dir)
             checkpoint.save_config(cfg)
@@ -368,8 +371,11 @@ class Driver:
                 break
             self.stall.waiting_for(f"step {step} (its batch, then the trainers)", rollouts=True)
             try:
-                take = streamed_step if cfg.periodic_async else batch_step
-                groups, results = await take(self.cfg, self.fleet, self.version, self.stopping)
+                if cfg.periodic_async:
+                    groups, results = await streamed_step(self.cfg, self.fleet, self.version, self.stopping)
+                else:
+                    sleep = self.weights.sleep.sleep if self.weights.sleep else None
+                    groups, results = await batch_step(self.cfg, self.fleet, self.version, self.stopping, sleep)
             except RunStopped:
                 log.error("stopping before step %d: no more rollouts are coming", step)
                 break

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rl.algorithm.advantages import compute_advantages
@@ -37,9 +38,18 @@ def assign_advantages(estimator: str, groups: list[Group]) -> None:
         group.advantages = advantages
 
 
-async def batch_step(cfg: RunConfig, fleet: Fleet, version: int, stopping: asyncio.Event) -> Step:
-    """Take a whole batch, compute its advantages, one ``train_step`` per data-parallel rank."""
+async def batch_step(
+    cfg: RunConfig,
+    fleet: Fleet,
+    version: int,
+    stopping: asyncio.Event,
+    before_training: Callable[[], Awaitable[None]] | None = None,
+) -> Step:
+    """Take a whole batch, compute its advantages, one ``train_step`` per data-parallel rank; ``before_training``
+    (the engines' sleep) is awaited once the batch is taken."""
     groups = await unless_stopping(stopping, fleet.buffer.get_batch.remote(cfg.train.batch_groups, version))
+    if before_training is not None:
+        await before_training()
     assign_advantages(cfg.algorithm.advantage, groups)
     split = balanced_shards if cfg.train.dp_balance == "tokens" else round_robin_shards
     trainers = fleet.trainers

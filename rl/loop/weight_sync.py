@@ -14,16 +14,23 @@ from collections.abc import Callable
 from typing import Any
 
 from rl.loop.admission import AdmissionControl
+from rl.loop.engine_sleep import EngineSleep
 from rl.loop.weight_channel import WeightChannel
 
 
 class WeightSync:
-    """Publishes versions through ``channel``; ``lost(worker)`` hears of each engine that died during a sync."""
+    """Publishes versions through ``channel``; ``lost(worker)`` hears of each engine that died during a sync;
+    ``sleep``: engines that sleep while the trainers step wake around each sync (``rl.loop.engine_sleep``)."""
 
     def __init__(
-        self, channel: WeightChannel, admission: AdmissionControl, overlap: bool, lost: Callable[[Any], None]
+        self,
+        channel: WeightChannel,
+        admission: AdmissionControl,
+        overlap: bool,
+        lost: Callable[[Any], None],
+        sleep: EngineSleep | None = None,
     ) -> None:
-        self.channel, self.admission, self.overlap, self.lost = channel, admission, overlap, lost
+        self.channel, self.admission, self.overlap, self.lost, self.sleep = channel, admission, overlap, lost, sleep
         self.pending: asyncio.Task | None = None  # an overlapped sync still loading
         self.last: dict[str, float] = {}  # the last finished sync: whole, trainer export, engine load
 
@@ -39,15 +46,21 @@ class WeightSync:
         return {**self.last, "weight_sync_wait_s": time.monotonic() - t0}
 
     async def publish(self, version: int, exported: Any) -> None:
-        """Send ``version`` (``exported`` ahead, or None: export now) and wait until every live engine serves it."""
+        """Send ``version`` (``exported`` ahead, or None: export now) and wait until every live engine serves it
+        (woken first, if asleep)."""
+        if self.sleep is not None:
+            await self.sleep.wake_weights()
         report = await self.channel.send(version, exported)
         for worker in report.dead:
             self.lost(worker)
+        if self.sleep is not None:
+            await self.sleep.wake_cache()
         await self.admission.set_trainer_version(version)
         self.last = {
             "weight_sync_s": report.seconds,
             "weight_sync_export_s": report.export_seconds,
             "weight_sync_load_s": max(report.engine_seconds, default=0.0),
+            **(self.sleep.seconds if self.sleep is not None else {}),
         }
 
     async def synced(self) -> None:
