@@ -35,6 +35,9 @@
 #          torch.cuda.max_memory_allocated (gpu_peak_gib in metrics.jsonl), vLLM's start-up figures and nvidia-smi's
 #          per-process samples -> $OUT/memplan.json (benchmarks/gpu/memplan_report.py) and $OUT/memplan.jsonl
 #          (copied as the steps come). A call of its own: bash benchmarks/gpu/run_on_device.sh memplan (timeout 400).
+# sleep: (2 x 150 s) `rl train arith_smollm2` for 4 synchronous steps with the engine awake, then asleep while the
+#        trainer steps (rollout.sleep_while_training): the plan's line, step times, engine_sleep_s / engine_wake_s
+#        and logprob_gap -> $OUT/sync_awake.jsonl, $OUT/sync_asleep.jsonl.
 # peer: (300 s) `rl bench peer arith_smollm2 --peer-vllm`, one seed, 8 steps: Tailor beside TRL's GRPOTrainer with
 #       vLLM colocate on the same GPU (steps/hour, held-out accuracy) -> $OUT/peer.json.
 # nccl: the same run with vLLM's native NCCL weight transfer. It needs two GPUs: on one, the trainer and the engine
@@ -142,6 +145,14 @@ if [[ $steps == *,peer,* ]]; then
   run peer 300 python3 -m rl.cli bench peer arith_smollm2 --peer-vllm --seeds 0 --steps 8 --points 1 \
     --out /root/res/peer --verbose
   cp /root/res/peer/bench_peer.json "$OUT/peer.json" 2>/dev/null
+fi
+if [[ $steps == *,sleep,* ]]; then  # synchronous arith_smollm2 with the engine awake, then asleep while training
+  for mode in awake asleep; do
+    run "sync_$mode" 150 python3 -m rl.cli train arith_smollm2 train.max_steps=4 train.max_staleness=0 eval.every=0 \
+      eval.num_problems=16 train.save_checkpoint=false rollout.sleep_while_training=$([ $mode = asleep ] && echo true ||
+      echo false) output_dir=/root/res/runs name="sync_$mode" --verbose
+    cp "/root/res/runs/sync_$mode/metrics.jsonl" "$OUT/sync_$mode.jsonl" 2>/dev/null
+  done
 fi
 if [[ $steps == *,ipc,* ]]; then
   run ipc 150 python3 -m rl.cli train arith_smollm2 train.max_steps=3 eval.every=0 eval.num_problems=16 \
