@@ -5,7 +5,8 @@
 # writes is copied to $OUT as it finishes, so a call that runs out of time still returns what was done.
 #
 #   bash benchmarks/gpu/run_on_device.sh after,dummy7b,before      # one call of 600 s
-#   bash benchmarks/gpu/run_on_device.sh profile,memplan             # a second, as the lease allows
+#   bash benchmarks/gpu/run_on_device.sh tests,jitcache              # a second, as the lease allows (then
+#                                                                      # profile, memplan, sleep, ipc, peer)
 #   rl bench simulate FILES_AT/after --profile fit                     # here, after: the simulator's check, its
 #                                                                      # shaped modes predicted from the unshaped
 #
@@ -40,6 +41,11 @@
 #        and logprob_gap -> $OUT/sync_awake.jsonl, $OUT/sync_asleep.jsonl.
 # peer: (300 s) `rl bench peer arith_smollm2 --peer-vllm`, one seed, 8 steps: Tailor beside TRL's GRPOTrainer with
 #       vLLM colocate on the same GPU (steps/hour, held-out accuracy) -> $OUT/peer.json.
+# jitcache: $OUT/jitcache.tar.xz, the Triton kernels (then vLLM's and inductor's compile caches, as 16 MiB allow)
+#       this machine compiled. The first engine start on a fresh machine is the slow one (see above); if its stacks
+#       show JIT compiles, copy the file to .gpu/jitcache.tar.xz here and carry it with the last piece (mv it to
+#       /root/pk/ beside them): the next lease restores it before the first step. Run it in the call after `after`
+#       (e.g. `tests,jitcache`: the machine stays warm between calls), as the first call returns its 8 files already.
 # nccl: the same run with vLLM's native NCCL weight transfer. It needs two GPUs: on one, the trainer and the engine
 #       share the device and NCCL refuses two ranks on it ("invalid usage", seen on an H200 on 2026-11-26).
 set -u
@@ -61,6 +67,10 @@ if [ ! -d "$site/vllm" ]; then
   else python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)" \
     /root/b/gpusite.tar.xz | tar -x -C /root; fi
   mv /root/gpusite "$site" && python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" /root/b/*.whl
+fi
+# the JIT caches a `jitcache` step of an earlier lease returned (carried as /root/pk/jitcache.tar.xz, see below)
+if [ -f /root/pk/jitcache.tar.xz ] && [ ! -d /root/.triton/cache ]; then
+  tar -xJf /root/pk/jitcache.tar.xz -C / && say "JIT caches restored: $(du -sh /root/.triton/cache | cut -f1) Triton"
 fi
 # Tailor as installed: rl/ with rollout/, trainer/, shaping/, kernels/, recipes/ as its subpackages (pyproject's
 # package-dir), run from outside the repository so its rl/ folder does not shadow it
@@ -171,5 +181,15 @@ train() {  # train NAME SECONDS OVERRIDES...: a few steps of the GSM8K recipe on
 }
 [[ $steps == *,train,* ]] && train train_file 150
 [[ $steps == *,nccl,* ]] && train train_nccl 90 weight_sync.transport=nccl
+if [[ $steps == *,jitcache,* ]]; then  # this machine's JIT caches, for the next lease's first engine start
+  caches=(root/.triton/cache root/.cache/vllm tmp/torchinductor_root)
+  for n in 3 2 1; do  # the largest set under 16 MiB, the Triton kernels first
+    present=(); for c in "${caches[@]:0:$n}"; do [ -d "/$c" ] && present+=("$c"); done
+    [ ${#present[@]} -gt 0 ] || break
+    tar -cf - -C / "${present[@]}" | xz -6 -T0 > "$OUT/jitcache.tar.xz"
+    [ "$(stat -c %s "$OUT/jitcache.tar.xz")" -lt $((16 << 20)) ] && { say "jitcache: ${present[*]}"; break; }
+    rm -f "$OUT/jitcache.tar.xz"
+  done
+fi
 kill $copier; passes_out
 say done
