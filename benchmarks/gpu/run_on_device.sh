@@ -27,7 +27,8 @@
 #          (150 s: its engine start took 45 s on a warm machine and 100 s in all was not enough, 2026-11-27).
 # dummy7b, dummy1.5b: rl bench rollout at Qwen2.5-7B / -1.5B shapes, vLLM dummy weights, random prompts, sample
 #          lengths drawn from the arith_smollm2 length model at a 1024-token cap: plain, shadow, darts+long_wait.
-# tests: the GPU-only tests (skipped on CPU machines), the CUDA IPC weight sync's among them (150 s).
+# tests: the GPU-only tests (skipped on CPU machines), the CUDA IPC weight sync's and the engine sleep's among
+#        them (150 s).
 # ipc: (150 s) `rl train arith_smollm2` for 3 steps with weight_sync.transport=ipc on the one GPU: each step's
 #      weight_sync_s and log-prob gap in $OUT/ipc.jsonl.
 # train: a few steps of a GSM8K-shaped recipe (local data file) end to end; weights through the file route.
@@ -133,7 +134,7 @@ if [[ $steps == *,profile,* ]]; then
 fi
 if [[ $steps == *,tests,* ]]; then
   run tests 150 python3 -m pytest -q -s -p no:cacheprovider -o addopts="" "$repo/tests/test_gpu_trainer.py" \
-    "$repo/tests/test_gpu_kernels.py" "$repo/tests/test_gpu_weight_ipc.py"
+    "$repo/tests/test_gpu_kernels.py" "$repo/tests/test_gpu_weight_ipc.py" "$repo/tests/test_gpu_engine_sleep.py"
   cp /root/res/tests.log "$OUT/tests.txt"
 fi
 
