@@ -13,28 +13,34 @@ from small_runs import on_the_warm_engine, small_run
 from rl.inputs.preflight import preflight
 from rl.loop.admission import AdmissionControl
 from rl.loop.driver import Driver
-from rl.loop.engine_sleep import EngineSleep
+from rl.loop.engine_sleep import EngineSleep, EngineWakeFailed
 from rl.loop.weight_channel import SyncReport
 from rl.loop.weight_sync import WeightSync
 
 
 class _Remote:
-    """``actor.method.remote(*args)`` for a fake actor: records the call, returns an awaitable."""
+    """``actor.method.remote(*args)`` for a fake actor: records the call, returns an awaitable (raising ``error``)."""
 
-    def __init__(self, calls: list, name: str) -> None:
-        self.calls, self.name = calls, name
+    def __init__(self, calls: list, name: str, error: Exception | None = None) -> None:
+        self.calls, self.name, self.error = calls, name, error
 
     def remote(self, *args):
         self.calls.append((self.name, *args))
-        return asyncio.sleep(0)
+        return self._fail() if self.error else asyncio.sleep(0)
+
+    async def _fail(self) -> None:
+        raise self.error
 
 
 class _Actor:
-    def __init__(self, calls: list, who: str) -> None:
-        self.calls, self.who = calls, who
+    """A fake actor; its method ``refuses`` raises (as vLLM's sleep does without sleep mode enabled)."""
+
+    def __init__(self, calls: list, who: str, refuses: str | None = None) -> None:
+        self.calls, self.who, self.refuses = calls, who, refuses
 
     def __getattr__(self, method: str) -> _Remote:
-        return _Remote(self.calls, f"{self.who}.{method}")
+        error = ValueError(f"{method} refused") if method == self.refuses else None
+        return _Remote(self.calls, f"{self.who}.{method}", error)
 
 
 class _Channel:
@@ -85,6 +91,21 @@ def test_engines_sleep_then_wake_weights_load_wake_cache_before_any_group_starts
         ("admission.version", 1),
     ]
     assert metrics["engine_sleep_s"] >= 0 and metrics["engine_wake_s"] >= 0 and metrics["weight_sync_s"] == 0.01
+
+
+def test_an_engine_that_cannot_sleep_is_logged_one_that_cannot_wake_stops_the_run(tmp_path, caplog):
+    cfg = small_run(tmp_path, "faults", "train.max_staleness=0", "rollout.sleep_while_training=true")
+    calls: list = []
+    for refuses in ("sleep", "wake_up"):
+        pool = type("Pool", (), {"live": [_Actor(calls, "engine0"), _Actor(calls, "engine1", refuses)]})()
+        sleep = EngineSleep(cfg, pool, [_Actor(calls, "trainer")])
+        asyncio.run(sleep.sleep())
+        if refuses == "sleep":
+            asyncio.run(sleep.wake_weights())
+            assert "a rollout engine could not sleep, it stays awake through this step: sleep refused" in caplog.text
+        else:
+            with pytest.raises(EngineWakeFailed, match="a rollout engine could not wake its weights: wake_up refused"):
+                asyncio.run(sleep.wake_weights())
 
 
 @pytest.mark.integration

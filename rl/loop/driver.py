@@ -30,7 +30,7 @@ from rl.loop import checkpoint, placement
 from rl.loop.actors import ActorStarter, link_ray_logs, start_fleet, start_ray
 from rl.loop.admission import AdmissionControl
 from rl.loop.counters import RunCounters
-from rl.loop.engine_sleep import EngineSleep
+from rl.loop.engine_sleep import EngineSleep, EngineWakeFailed
 from rl.loop.groups import GroupMaker, new_shaping
 from rl.loop.records import step_metrics, step_timing, summarize_run, summary_scalars
 from rl.loop.stall import StallWatch, rollout_state, warn_of_stalls
@@ -391,7 +391,11 @@ class Driver:
             self.version = step
             errors, dropped = self.counters.rollout_errors, self.groups.dynamic_sampling.end_step()
             self.stall.waiting_for(f"the weight sync of version {step}")
-            synced = await self.weights.sync(self.version) if step % cfg.sync_every == 0 else {}
+            try:
+                synced = await self.weights.sync(self.version) if step % cfg.sync_every == 0 else {}
+            except EngineWakeFailed as e:
+                self._fail(str(e))
+                break
             # the clock and the idle total are read together, after the sync: a step's idle lies within its interval
             now, busy, idle = time.monotonic(), max(r["seconds"] for r in results), self.admission.idle_seconds()
             metrics = step_metrics(groups, results, batch_stats, buffer_stats, idle, errors, dropped) | synced

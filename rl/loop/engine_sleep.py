@@ -11,11 +11,21 @@ adapter sync only the adapter comes, so the base weights wait in host memory (le
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Awaitable
 from typing import Any
+
+from ray.exceptions import RayActorError
 
 from rl.config import RunConfig
 from rl.loop.fleet import RolloutPool
+
+log = logging.getLogger("rl.driver")
+
+
+class EngineWakeFailed(RuntimeError):
+    """A live engine could not take its memory back: it would never sample again, so the run stops on it."""
 
 
 class EngineSleep:
@@ -28,20 +38,32 @@ class EngineSleep:
         self.seconds: dict[str, float] = {}  # the last step's: engine_sleep_s, engine_wake_s
 
     async def sleep(self) -> None:
-        """Every live engine gives its memory back (a dead one is the weight sync's to report)."""
+        """Every live engine gives its memory back; one that cannot is logged and steps on awake."""
         t0 = time.monotonic()
-        await asyncio.gather(*[w.sleep.remote(self.level) for w in self.pool.live], return_exceptions=True)
+        for error in await _each([w.sleep.remote(self.level) for w in self.pool.live]):
+            log.warning("a rollout engine could not sleep, it stays awake through this step: %s", error)
         self.seconds = {"engine_sleep_s": time.monotonic() - t0}
 
     async def wake_weights(self) -> None:
         """The trainers free their cached blocks, then the engines take their weights' memory back."""
         t0 = time.monotonic()
         await asyncio.gather(*[t.release_memory.remote() for t in self.trainers])
-        await asyncio.gather(*[w.wake_up.remote(["weights"]) for w in self.pool.live], return_exceptions=True)
+        await self._wake(["weights"])
         self.seconds["engine_wake_s"] = time.monotonic() - t0
 
     async def wake_cache(self) -> None:
         """The engines take their KV cache back and schedule again."""
         t0 = time.monotonic()
-        await asyncio.gather(*[w.wake_up.remote(["kv_cache"]) for w in self.pool.live], return_exceptions=True)
+        await self._wake(["kv_cache"])
         self.seconds["engine_wake_s"] = self.seconds.get("engine_wake_s", 0.0) + time.monotonic() - t0
+
+    async def _wake(self, tags: list[str]) -> None:
+        """Wake ``tags`` on every live engine; one that cannot would never sample again: the run stops on it."""
+        for error in await _each([w.wake_up.remote(tags) for w in self.pool.live]):
+            raise EngineWakeFailed(f"a rollout engine could not wake its {tags[0]}: {error}") from error
+
+
+async def _each(calls: list[Awaitable[Any]]) -> list[BaseException]:
+    """Await every call; the errors of those that failed, but for dead actors (the weight sync reports those)."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    return [r for r in results if isinstance(r, BaseException) and not isinstance(r, RayActorError)]
