@@ -18,8 +18,9 @@ from ray.exceptions import RayActorError
 from rl.rollout.group_runner import GroupResult
 from small_runs import small_run
 
+from rl.inputs.preflight import preflight
 from rl.loop.buffer import TrajectoryBuffer
-from rl.loop.driver import Driver
+from rl.loop.driver import Driver, RunFailed
 from rl.loop.fleet import Fleet, RolloutPool
 from rl.loop.weight_channel import SyncReport
 from rl.types import Sample
@@ -108,6 +109,9 @@ class FakeTrainer:
         self.staleness += [self.version - v for g in groups for s in g.samples for v in s.versions]
         self.version += 1
         return {"seconds": 0.001, "dp_wait_s": 0.0, "loss": 0.0}
+
+    def release_memory(self) -> None:
+        pass
 
 
 class FakeChannel:
@@ -313,3 +317,56 @@ def test_engines_and_trainers_share_the_gpus_when_there_are_fewer_gpus_than_acto
     assert gpu_share(3, 4) == 0.5  # 4 actors at 0.5 fit on 3 GPUs (at 0.75 only 3 would: no two share a GPU)
     assert gpu_share(1, 3) == 1 / 3
     assert gpu_share(1 - 0.2, 2) == 1 / 3  # one GPU, 0.2 of it for SART's scorer: 1/3 + 1/3 + 0.2 fit on it
+
+
+class SleepyWorker(FakeRolloutWorker):
+    """Sleeps and wakes as an engine is asked to (``rollout.sleep_while_training``); its ``fail_wake``-th wake raises,
+    and a group asked of it while any of it sleeps fails."""
+
+    def __init__(self, seed: int, fail_wake: int | None = None) -> None:
+        super().__init__(seed)
+        self.asleep: set[str] = set()
+        self.calls: list[tuple] = []
+        self.wakes, self.fail_wake = 0, fail_wake
+
+    async def sleep(self, level: int) -> None:
+        self.calls.append(("sleep", level, self.generating))
+        self.asleep = {"weights", "kv_cache"}
+
+    async def wake_up(self, tags: list[str]) -> None:
+        self.wakes += 1
+        if self.wakes == self.fail_wake:
+            raise ValueError("CUDA out of memory")
+        self.calls.append(("wake", *tags))
+        self.asleep.difference_update(tags)
+
+    async def load_weights(self, weights: Any, version: int, interrupt: bool = False) -> float:
+        self.calls.append(("load", version, sorted(self.asleep)))
+        return await super().load_weights(weights, version, interrupt)
+
+    async def generate_group(self, group_id: str, *args: Any) -> Any:
+        assert not self.asleep, f"{group_id} asked of a sleeping engine"
+        return await super().generate_group(group_id, *args)
+
+
+def test_sleeping_engines_sleep_each_step_and_wake_before_any_group(tmp_path):
+    steps = ["train.max_steps=3", "train.max_staleness=0"]
+    inputs = preflight(small_run(tmp_path, "sleep", *steps))  # preflight refuses sleep on a machine without GPU
+    cfg = small_run(tmp_path, "sleep", *steps, "rollout.sleep_while_training=true")
+    worker = SleepyWorker(0)
+    summary = asyncio.run(Driver(cfg, inputs, start_actors=in_process_fleet([worker], [], FakeTrainer())).run())
+    assert summary["steps"] == 3 and summary["rollout_errors"] == 0 and summary["groups_unaccounted"] == 0
+    # each step: asleep with no group running, weights woken, the version loaded while the KV cache sleeps, then it
+    step = [[("sleep", 2, 0), ("wake", "weights"), ("load", v, ["kv_cache"]), ("wake", "kv_cache")] for v in (1, 2, 3)]
+    assert worker.calls == [call for calls in step for call in calls]
+
+
+def test_an_engine_that_cannot_wake_stops_the_run_in_one_line(tmp_path):
+    steps = ["train.max_steps=3", "train.max_staleness=0"]
+    inputs = preflight(small_run(tmp_path, "sleep", *steps))
+    cfg = small_run(tmp_path, "sleep", *steps, "rollout.sleep_while_training=true")
+    worker = SleepyWorker(0, fail_wake=3)  # the weights of step 2
+    with pytest.raises(RunFailed) as failed:
+        asyncio.run(Driver(cfg, inputs, start_actors=in_process_fleet([worker], [], FakeTrainer())).run())
+    assert str(failed.value) == "a rollout engine could not wake its weights: CUDA out of memory"
+    assert failed.value.summary["steps"] == 2 and failed.value.summary["failure"] == str(failed.value)
