@@ -142,9 +142,10 @@ class Driver:
         self.fleet = start_actors(cfg, self.model_dir, self.counters)
         scorer, state, fail = self.fleet.scorer, self._reward_state, self._fail
         self.groups = GroupMaker(cfg, self.encoder, self.policy, self.rewards, scorer, self.counters, state, fail)
-        fleet = self.fleet
-        sleep = EngineSleep(cfg, fleet.rollout, fleet.trainers) if cfg.rollout.sleep_while_training else None
-        self.weights = WeightSync(self.fleet.channel, self.admission, cfg.train.max_staleness >= 1, self._lost, sleep)
+        sleeps = cfg.rollout.sleep_while_training  # the engines lend their GPU memory to each trainer step
+        self.sleep = EngineSleep(cfg, self.fleet.rollout, self.fleet.trainers) if sleeps else None
+        overlap = cfg.train.max_staleness >= 1
+        self.weights = WeightSync(self.fleet.channel, self.admission, overlap, self._lost, self.sleep)
         if not self.resume:
             checkpoint.start_fresh(cfg.run_dir)
             checkpoint.save_config(cfg)
@@ -374,8 +375,8 @@ class Driver:
                 if cfg.periodic_async:
                     groups, results = await streamed_step(self.cfg, self.fleet, self.version, self.stopping)
                 else:
-                    sleep = self.weights.sleep.sleep if self.weights.sleep else None
-                    groups, results = await batch_step(self.cfg, self.fleet, self.version, self.stopping, sleep)
+                    before = self.sleep.sleep if self.sleep else None
+                    groups, results = await batch_step(self.cfg, self.fleet, self.version, self.stopping, before)
             except RunStopped:
                 log.error("stopping before step %d: no more rollouts are coming", step)
                 break
