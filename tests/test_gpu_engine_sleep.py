@@ -5,7 +5,6 @@ with the trainer's weights. Skipped without exactly one CUDA GPU (run on the dev
 
 import asyncio
 import subprocess
-from types import SimpleNamespace
 
 import pytest
 import ray
@@ -13,7 +12,7 @@ import torch
 from rl.rollout.engine import EngineSpec
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
-from test_weight_sync import PROMPT_TEXT, mean_abs_gap, sample_once
+from test_weight_sync import PROMPT_TEXT, actor_gap, sample_once
 
 from rl.loop.weight_channel import make_weight_channel
 from rl.types import Group, PromptRow
@@ -40,7 +39,6 @@ def test_a_sleeping_engine_gives_its_memory_back_and_wakes_with_the_synced_weigh
     worker = remote_rollout_worker(num_cpus=1, num_gpus=0.5).remote(spec)
     trainer = ray.remote(num_cpus=1, num_gpus=0.5)(TrainerWorker).remote(TrainerSpec(model=tiny_model_dir, lr=5e-2))
     prompt = encode(PROMPT_TEXT)
-    remote = SimpleNamespace(sequence_logprobs=lambda p, tokens: ray.get(trainer.sequence_logprobs.remote(p, tokens)))
     try:
         samples = sample_once(worker, "sleep-0", prompt)
         awake = gpu_used_bytes()
@@ -62,7 +60,7 @@ def test_a_sleeping_engine_gives_its_memory_back_and_wakes_with_the_synced_weigh
         assert gpu_used_bytes() > asleep + share / 2  # the whole share again
 
         synced = sample_once(worker, "sleep-1", prompt)
-        gap = mean_abs_gap(remote, synced, prompt)
+        gap = actor_gap(trainer, synced, prompt)
         print(f"sync into the woken weights {report.seconds:.3f} s; log-prob gap {gap:.4f}")
         assert all(v == 7 for s in synced for v in s.versions)
         assert gap < 0.05  # bf16 engine against the trainer: near, not bit-equal; level 2 discarded the old weights

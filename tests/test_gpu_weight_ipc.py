@@ -4,7 +4,6 @@ the real channel the engine samples with the trainer's weights. Skipped without 
 device machine: ``bash benchmarks/gpu/run_on_device.sh tests``)."""
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 import ray
@@ -12,7 +11,7 @@ import torch
 from rl.rollout.engine import EngineSpec
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
-from test_weight_sync import PROMPT_TEXT, mean_abs_gap, sample_once
+from test_weight_sync import PROMPT_TEXT, actor_gap, sample_once
 
 from rl.loop.weight_channel import NativeWeightChannel
 from rl.types import Group, PromptRow
@@ -30,22 +29,18 @@ def test_an_ipc_sync_gives_the_engine_the_trainers_weights(ray_session, tiny_mod
     worker = remote_rollout_worker(num_cpus=1, num_gpus=0.5).remote(spec)
     trainer = ray.remote(num_cpus=1, num_gpus=0.5)(TrainerWorker).remote(TrainerSpec(model=tiny_model_dir, lr=5e-2))
     prompt = encode(PROMPT_TEXT)
-    remote = SimpleNamespace(sequence_logprobs=lambda p, tokens: ray.get(trainer.sequence_logprobs.remote(p, tokens)))
-
-    def gap(samples) -> float:  # test_weight_sync's measure, asking the trainer actor
-        return mean_abs_gap(remote, samples, prompt)
 
     try:
         samples = sample_once(worker, "ipc-0", prompt)
         group = Group(prompt=PromptRow("w", "3+1=", "4"), prompt_tokens=prompt, samples=samples, advantages=[1.0, 0.5])
         ray.get(trainer.train_step.remote([group]))
-        before = gap(sample_once(worker, "ipc-1", prompt))
+        before = actor_gap(trainer, sample_once(worker, "ipc-1", prompt), prompt)
 
         channel = NativeWeightChannel("ipc", trainer, [worker])
         asyncio.run(channel.start())
         report = asyncio.run(channel.send(7))
         synced = sample_once(worker, "ipc-2", prompt)
-        after = gap(synced)
+        after = actor_gap(trainer, synced, prompt)
         print(f"ipc sync {report.seconds:.4f} s; log-prob gap {before:.4f} before, {after:.4f} after")
         assert after < min(before / 5, 0.05), (before, after)  # bf16 engine against the trainer: near, not bit-equal
         assert all(v == 7 for s in synced for v in s.versions)

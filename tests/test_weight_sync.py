@@ -1,6 +1,7 @@
 """After a sync, vLLM's behaviour log-probs equal the trainer's recomputed log-probs (fp32)."""
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -31,6 +32,12 @@ def mean_abs_gap(trainer: TrainerWorker, samples, prompt: list[int]) -> float:
         np.abs(np.array(trainer.sequence_logprobs(prompt, s.tokens)) - np.array(s.logprobs)).mean() for s in samples
     ]
     return float(np.mean(gaps))
+
+
+def actor_gap(trainer, samples, prompt: list[int]) -> float:
+    """``mean_abs_gap`` against a trainer actor (``ray.remote(TrainerWorker)``)."""
+    remote = SimpleNamespace(sequence_logprobs=lambda p, tokens: ray.get(trainer.sequence_logprobs.remote(p, tokens)))
+    return mean_abs_gap(remote, samples, prompt)
 
 
 LORA_ADAPTER = LoraConfig(rank=4, sync="adapter")  # served by vLLM's LoRA support: a sync sends the adapter only
@@ -166,12 +173,7 @@ def test_channel_syncs_through_a_shared_memory_file(rollout_worker, tiny_model_d
     def gap(tag: str, version: int) -> float:
         synced = sample_once(rollout_worker, tag, prompt)
         assert all(v == version for s in synced for v in s.versions)
-        trainer_lps = [ray.get(trainer.sequence_logprobs.remote(prompt, s.tokens)) for s in synced]
-        return float(
-            np.mean(
-                [np.abs(np.array(t) - np.array(s.logprobs)).mean() for t, s in zip(trainer_lps, synced, strict=True)]
-            )
-        )
+        return actor_gap(trainer, synced, prompt)
 
     exported = channel.export()
     assert exported.path.startswith("/dev/shm/")
