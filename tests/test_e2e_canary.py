@@ -82,6 +82,9 @@ def test_negated_advantages_fail_the_canary(ray_session, rollout_worker, tiny_mo
             group.advantages = [-a for a in group.advantages]
 
     monkeypatch.setattr(rl.loop.steps, "assign_advantages", negated)
-    # half the steps: negated, the reward is near 0 by step 9 (0.54 0.42 0.53 0.58 0.47 0.37 0.17 0.09 0.00 ...)
-    base, best = reward_rise(rollout_worker, tmp_path, "negated", "train.max_staleness=1", steps=STEPS // 2)
+    # half the steps: negated, the reward is near 0 by step 9 (0.54 0.42 0.53 0.58 0.47 0.37 0.17 0.09 0.00 ...).
+    # Synchronous: every group admitted is trained. At staleness 1 a batch is the groups that finished first, and
+    # once the negated policy runs some prompts to the cap those are the short ones: a suite run read 0.47 0.43 0.78
+    # 0.75 0.70 before falling to 0.00, above the check's margin with nothing learned.
+    base, best = reward_rise(rollout_worker, tmp_path, "negated", "train.max_staleness=0", steps=STEPS // 2)
     assert not best > base + 0.2, (base, best)
