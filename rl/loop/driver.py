@@ -33,6 +33,7 @@ from rl.loop.counters import RunCounters
 from rl.loop.engine_sleep import EngineSleep, EngineWakeFailed
 from rl.loop.groups import GroupMaker, new_shaping
 from rl.loop.records import step_metrics, step_timing, summarize_run, summary_scalars
+from rl.loop.signal_watch import SignalWatch
 from rl.loop.stall import StallWatch, rollout_state, warn_of_stalls
 from rl.loop.steps import RunStopped, batch_step, streamed_step
 from rl.loop.weight_sync import WeightSync
@@ -100,6 +101,7 @@ class Driver:
         self.admission = AdmissionControl(cfg.train.batch_groups, cfg.train.max_staleness)
         self.counters = RunCounters(**saved.get("counters", {}))
         self.stall = StallWatch()  # what the training loop waits on: a wait far longer than a step is warned of
+        self.signal = SignalWatch()  # steps whose every advantage is 0: many in a row are warned of
         self.failure: str | None = None  # why the run stopped on an error, if it did
         self.stopping = asyncio.Event()
         self.stop_signal: int | None = None  # a stop signal asked for a checkpoint, then a clean stop
@@ -389,6 +391,10 @@ class Driver:
             buffer_stats = await self.fleet.buffer.stats.remote()
             await self.admission.forget(buffer_stats.get("dropped_stale", 0) - self.admission.forgotten)
             batch_stats = summarize_groups(groups, self.version)
+            silent, warning = self.signal.after_step(step, groups)
+            self.counters.steps_without_signal += silent
+            if warning:
+                log.warning(warning)
             self.version = step
             errors, dropped = self.counters.rollout_errors, self.groups.dynamic_sampling.end_step()
             self.stall.waiting_for(f"the weight sync of version {step}")

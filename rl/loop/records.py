@@ -63,6 +63,7 @@ def summarize_run(counters: RunCounters, open_groups: int, **head: Any) -> dict[
         "reward_failures": counters.reward_failures,
         "scored_samples": counters.scored_samples,
         "stalls": counters.stalls,
+        "steps_without_signal": counters.steps_without_signal,
     }
 
 

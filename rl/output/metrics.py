@@ -54,7 +54,8 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
     kept = sum(len(s.tokens) if s.loss_mask is None else sum(s.loss_mask) for s in samples)  # the model's
     out = {
         "samples": float(len(samples)),
-        "groups_all_equal": float(sum(len({s.reward for s in g.samples}) == 1 for g in groups)),  # no signal
+        # TRL's name: the share of groups whose rewards are all equal (no advantage under a group baseline)
+        "frac_reward_zero_std": float(np.mean([len({s.reward for s in g.samples}) == 1 for g in groups])),
         "reward_mean": float(np.mean(rewards)),
         "reward_std": float(np.std(rewards)),
         "accuracy": float(np.mean([c for g in groups for c in correct(g)])),
