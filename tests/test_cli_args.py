@@ -42,3 +42,15 @@ def test_a_run_the_driver_stops_is_one_line_and_exit_code_1(tmp_path, monkeypatc
     assert not any("Traceback" in line for line in err.splitlines())
     assert "note: reward raised 4" in out and "held-out accuracy" not in out  # the counts, not an accuracy
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["failure"] == why
+
+
+def test_the_resume_hint_quotes_a_run_folder_a_shell_would_split(tmp_path):
+    from rl.cli.main import _continue_from
+
+    run_dir = tmp_path / "my runs" / "try 1"
+    assert _continue_from(run_dir) == "no checkpoint was written, so a run of the same command starts afresh"
+    (run_dir / "checkpoints" / "step_000002").mkdir(parents=True)
+    assert _continue_from(run_dir) == f"continue with: rl train --resume '{run_dir}'"
+    plain = tmp_path / "plain"
+    (plain / "checkpoints" / "step_000002").mkdir(parents=True)
+    assert _continue_from(plain) == f"continue with: rl train --resume {plain}"  # as it was: nothing to quote

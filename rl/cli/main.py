@@ -90,12 +90,15 @@ def _drive(args: argparse.Namespace, cfg: RunConfig, inputs: RunInputs, resume: 
 
 
 def _continue_from(run_dir: Path) -> str:
-    """What to run after a stop: a resume from the run's last complete checkpoint, or the command again."""
+    """What to run after a stop: a resume from the run's last complete checkpoint (the folder quoted for a shell where
+    it needs it), or the command again."""
+    import shlex
+
     from rl.loop.checkpoint import complete_checkpoints
 
     if not complete_checkpoints(run_dir):
         return "no checkpoint was written, so a run of the same command starts afresh"
-    return f"continue with: rl train --resume {run_dir}"
+    return f"continue with: rl train --resume {shlex.quote(str(run_dir))}"
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import pickle
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -175,7 +176,7 @@ def start_fresh(run_dir: Path) -> None:
             "rl train --resume %s",
             run_dir,
             step_of(found[-1]),
-            run_dir,
+            shlex.quote(str(run_dir)),
         )
     shutil.rmtree(run_dir / CHECKPOINTS, ignore_errors=True)
     for name in EARLIER_OUTPUTS:
