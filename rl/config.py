@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,8 @@ from rl.data.arith import ArithConfig
 from rl.rewards.model import RewardModelSpec
 from rl.rollout.cpu_cores import parse_cores
 from rl.shaping import defaults as shaping_defaults
+
+log = logging.getLogger("rl.config")
 
 
 class Strict(BaseModel):
@@ -713,23 +716,62 @@ def _index(items: list, part: str, item: str) -> int:
 def load_config(path: str | Path | None, overrides: list[str] = (), local_paths: bool = True) -> RunConfig:
     """Read a YAML recipe, apply command-line overrides, validate. With ``local_paths`` every local path the
     config names (``LOCAL_PATHS``) becomes absolute: the recipe's own read against its folder, or else, as an
-    override's, against the working directory; so a run resumes from any directory. A run's saved config keeps
-    the paths it was written with (``local_paths=False``).
+    override's, against the working directory; so a run resumes from any directory.
 
     Raises ``ValueError`` naming the file for a recipe that is not UTF-8, not YAML or not a mapping.
     """
-    raw: dict[str, Any] = {}
-    if path is not None:
-        try:
-            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
-        if not isinstance(raw, dict):
-            raise ValueError(f"{path}: a recipe must be a mapping at the top level, not a {type(raw).__name__}")
-        if local_paths:
-            absolute_paths(raw, Path(path).resolve().parent)
+    raw = read_recipe(path, local_paths) if path is not None else {}
+    return _validated(raw, overrides, local_paths)
+
+
+def load_run_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
+    """A run's saved ``config.yaml`` (written by this version of Tailor or an earlier one) with ``overrides``: its
+    paths as written; a setting this version no longer has is left out, with a warning, so an earlier version's
+    run still resumes and evaluates."""
+    raw = read_recipe(path, local_paths=False)
+    if gone := drop_unknown_keys(raw, RunConfig):
+        log.warning("%s: settings this version of Tailor no longer has are ignored: %s", path, ", ".join(gone))
+    return _validated(raw, overrides, local_paths=False)
+
+
+def read_recipe(path: str | Path, local_paths: bool) -> dict[str, Any]:
+    """A recipe file as a nested dict (its local paths made absolute against its folder with ``local_paths``)."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: a recipe must be a mapping at the top level, not a {type(raw).__name__}")
+    if local_paths:
+        absolute_paths(raw, Path(path).resolve().parent)
+    return raw
+
+
+def drop_unknown_keys(raw: dict[str, Any], model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Remove from ``raw``, in place, every key no field of ``model`` (or of its sections) has; returns them
+    dotted."""
+    gone = []
+    for key, value in list(raw.items()):
+        field = model.model_fields.get(key)
+        if field is None:
+            gone.append(prefix + key)
+            del raw[key]
+        elif isinstance(value, dict) and (section := _section_model(field.annotation)) is not None:
+            gone += drop_unknown_keys(value, section, f"{prefix}{key}.")
+    return gone
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The config section a field holds (``X`` or ``X | None``), or None for a value."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _validated(raw: dict[str, Any], overrides: list[str], local_paths: bool) -> RunConfig:
     merged = apply_overrides(raw, list(overrides), RunConfig().model_dump())
     if local_paths:
         absolute_paths(merged, Path.cwd())

@@ -1,12 +1,14 @@
 """Checkpoint layout and the resume checks: everything here runs before any actor would start."""
 
 import json
+import logging
 import time
 
 import pytest
+import yaml
 
 from rl.cli.common import recipe_path
-from rl.config import load_config
+from rl.config import load_config, load_run_config
 from rl.loop import checkpoint
 from rl.loop.checkpoint import CheckpointError, resume_config
 from rl.output.metrics import MetricsLogger
@@ -22,7 +24,7 @@ def _write_checkpoint(cfg, step, **state):
     tmp = checkpoint.begin(cfg.run_dir, step)
     for name in checkpoint.REQUIRED[:-1]:
         (tmp / name).write_text("x")
-    return checkpoint.commit(tmp, {"version": step, "config": checkpoint.config_fingerprint(cfg), **state}, keep=2)
+    return checkpoint.commit(tmp, {"version": step, "settings": checkpoint.run_settings(cfg), **state}, keep=2)
 
 
 def test_commit_renames_complete_and_keeps_the_newest(tmp_path):
@@ -50,7 +52,7 @@ def test_resume_reads_the_saved_config_with_safe_overrides(tmp_path):
         ("partial", [], "only step_000010.tmp, which was still being written"),
         ("ok", ["train.lr=0.5"], "override 'train.lr' would break the run's continuity"),
         ("ok", ["seed=3"], "override 'seed' would break"),
-        ("other", [], "written under another config"),
+        ("other", [], "config.yaml changed since step_000010 was written: seed is 0, was 99; restore it or start"),
         ("ok", ["train.max_steps=10"], "already reached train.max_steps=10"),
         ("missing", [], "incomplete checkpoint (no trainer_state.pt)"),
     ],
@@ -157,3 +159,52 @@ def test_resume_refuses_when_the_training_rows_changed(tmp_path):
     with pytest.raises(CheckpointError, match="the training rows changed since it was written") as e:
         Driver(cfg, RunInputs("", None, edited, []), resume=path)
     assert "\n" not in str(e.value)
+
+
+def _legacy_run(tmp_path, edit):
+    """A run directory as an earlier Tailor left it: config.yaml a full dump of that version's config (``edit``
+    makes it one: a setting it did not have yet, one it still had), the checkpoint holding only its digest."""
+    cfg = _run(tmp_path, "train.max_steps=30")
+    dumped = yaml.safe_load((cfg.run_dir / "config.yaml").read_text())
+    edit(dumped)
+    (cfg.run_dir / "config.yaml").write_text(yaml.safe_dump(dumped, sort_keys=False))
+    tmp = checkpoint.begin(cfg.run_dir, 10)
+    for name in checkpoint.REQUIRED[:-1]:
+        (tmp / name).write_text("x")
+    checkpoint.commit(tmp, {"version": 10, "config": checkpoint._digest(dumped)}, keep=2)
+    return cfg
+
+
+def _earlier_version(dumped):
+    del dumped["rollout"]["sleep_while_training"]  # added since
+    dumped["rollout"]["max_concurrent_groups"] = 4  # removed since
+
+
+def test_a_run_an_earlier_tailor_started_resumes_with_new_settings_at_their_defaults(tmp_path, caplog):
+    cfg = _legacy_run(tmp_path, _earlier_version)
+    caplog.set_level(logging.INFO)
+    resumed, path = resume_config(cfg.run_dir, ["train.max_steps=60"])
+    assert path.name == "step_000010" and resumed.train.max_steps == 60
+    assert resumed.rollout.sleep_while_training is False
+    assert "settings this version of Tailor no longer has are ignored: rollout.max_concurrent_groups" in caplog.text
+    assert "settings new since step_000010 take their defaults: rollout.sleep_while_training" in caplog.text
+
+    (cfg.run_dir / "config.yaml").write_text((cfg.run_dir / "config.yaml").read_text().replace("seed: 0", "seed: 5"))
+    with pytest.raises(CheckpointError, match="written under another config than .* now holds; restore that file"):
+        resume_config(cfg.run_dir, [])  # edited since: its digest no longer matches, and nothing says what changed
+
+
+def test_settings_recorded_by_a_checkpoint_that_this_tailor_no_longer_has_are_ignored(tmp_path, caplog):
+    cfg = _run(tmp_path, "train.max_steps=30")
+    settings = checkpoint.run_settings(cfg)
+    del settings["rollout.sleep_while_training"]
+    _write_checkpoint(cfg, 10, settings={**settings, "rollout.max_concurrent_groups": 4})
+    caplog.set_level(logging.INFO)
+    assert resume_config(cfg.run_dir, [])[1].name == "step_000010"
+    assert "settings new since step_000010 take their defaults: rollout.sleep_while_training" in caplog.text
+
+
+def test_a_run_directory_from_an_earlier_tailor_loads_for_rl_eval(tmp_path, caplog):
+    cfg = _legacy_run(tmp_path, _earlier_version)
+    assert load_run_config(cfg.run_dir / "config.yaml").train.max_steps == 30
+    assert "rollout.max_concurrent_groups" in caplog.text

@@ -102,7 +102,7 @@ def _continue_from(run_dir: Path) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rl.config import load_config
+    from rl.config import load_config, load_run_config, read_recipe
     from rl.evaluation.offline import (
         EvalSettings,
         eval_inputs,
@@ -123,7 +123,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     recipe = args.recipe or (str(run_config) if run_config else recipe_for_dataset(args.dataset))
 
     def build() -> RunConfig:
-        cfg = load_config(recipe_path(recipe), args.set)
+        own = run_config is not None and args.recipe is None  # a run's saved config, maybe an earlier version's
+        cfg = load_run_config(run_config, args.set) if own else load_config(recipe_path(recipe), args.set)
         if args.dataset is not None:
             cfg.data.source = args.dataset  # validated on assignment
         return cfg
@@ -131,7 +132,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg = checked_config(build)
     if cfg is None:
         return 2
-    trained_on = load_config(run_config).data.source if run_config else None
+    trained_on = read_recipe(run_config, local_paths=False)["data"]["source"] if run_config else None
     settings = EvalSettings(
         model=args.model,
         dataset=cfg.data.source,

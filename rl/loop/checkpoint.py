@@ -9,10 +9,16 @@ Layout of a run directory::
         model.safetensors, config.json, tokenizer files   the HF model (what ``rl eval`` and vLLM read)
         trainer_state.pt           optimizer state, trainer version, torch RNG (written by trainer rank 0)
         shaping.pkl                the shaping policy and the idle governor (length EMAs, TIE fits, budgets)
-        driver.json                the prompt stream, counters, metrics clock and the run's fingerprints
+        driver.json                the prompt stream, counters, metrics clock, the run's settings and data digest
 
 A checkpoint is written under ``step_N.tmp`` and renamed when complete, so a directory named ``step_N`` is
 complete; a ``.tmp`` one (a run killed while writing) is never read and is removed by the next write.
+
+A resume keeps every setting but ``RESUMABLE`` ones: it compares ``config.yaml`` with the settings the checkpoint
+recorded, key by key. A setting added to Tailor since takes its default (said in the log), one removed is ignored
+(``load_run_config`` warns of it), so a run started by an earlier version resumes under a later one. Checkpoints
+written before the settings were recorded hold only their digest; for them ``config.yaml`` itself, a full dump of
+the config that wrote them, stands in for the settings where its digest matches.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from rl.config import RunConfig, load_config, parse_override
+from rl.config import RunConfig, load_run_config, parse_override
 from rl.types import PromptRow
 
 log = logging.getLogger("rl.checkpoint")
@@ -74,9 +80,28 @@ def _resumable(key: str) -> bool:
     return key in _WHERE or any(key == k or key.startswith(f"{k}.") for k in RESUMABLE)
 
 
-def config_fingerprint(cfg: RunConfig) -> str:
-    """A digest of every setting a resume must keep (all but ``RESUMABLE`` and the run directory)."""
-    settings = cfg.model_dump(mode="json")
+def run_settings(cfg: RunConfig) -> dict[str, Any]:
+    """Every setting a resume must keep (all but ``RESUMABLE`` and the run directory), by dotted key."""
+    return _settings(cfg.model_dump(mode="json"))
+
+
+def _settings(dumped: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict) and value:
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[prefix + key] = value
+
+    walk(dumped, "")
+    return {k: v for k, v in flat.items() if not _resumable(k)}
+
+
+def _digest(dumped: dict[str, Any]) -> str:
+    """The settings digest checkpoints held before they recorded the settings themselves (of a dumped config)."""
+    settings = json.loads(json.dumps(dumped))
     for key in [*RESUMABLE, *_WHERE]:
         *parents, leaf = key.split(".")
         node = settings
@@ -146,20 +171,40 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
                 f"{', '.join(RESUMABLE)} (start a new run to change the rest)"
             )
     where = [f"output_dir={run_dir.parent}", f"name={run_dir.name}"]
-    cfg = load_config(run_dir / CONFIG_FILE, [*overrides, *where], local_paths=False)
+    cfg = load_run_config(run_dir / CONFIG_FILE, [*overrides, *where])
     checkpoint = latest_checkpoint(run_dir)
     saved = read_driver_state(checkpoint)
-    if saved.get("config") != config_fingerprint(cfg):
-        raise CheckpointError(
-            f"{checkpoint}: written under another config than {run_dir / CONFIG_FILE} now holds; restore that "
-            "file or start a new run"
-        )
+    _check_settings(checkpoint, saved, run_dir / CONFIG_FILE, cfg)
     if saved["version"] >= cfg.train.max_steps:
         raise CheckpointError(
             f"{checkpoint}: the run already reached train.max_steps={cfg.train.max_steps}; raise it to train on, "
             f"e.g. train.max_steps={cfg.train.max_steps * 2}"
         )
     return cfg, checkpoint
+
+
+def _check_settings(checkpoint: Path, saved: dict[str, Any], config_file: Path, cfg: RunConfig) -> None:
+    """Refuse a resume whose config changed a setting since ``checkpoint`` (naming it); settings Tailor added since
+    take their defaults."""
+    then = saved.get("settings")
+    if then is None:  # written before the settings were recorded: config.yaml is them, unless it was edited
+        dumped = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+        if _digest(dumped) != saved.get("config"):
+            raise CheckpointError(
+                f"{checkpoint}: written under another config than {config_file} now holds; restore that file or "
+                "start a new run"
+            )
+        then = _settings(dumped)
+    now = run_settings(cfg)
+    changed = sorted(k for k in now.keys() & then.keys() if now[k] != then[k])
+    if changed:
+        what = "; ".join(f"{k} is {now[k]!r}, was {then[k]!r}" for k in changed[:3])
+        more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
+        raise CheckpointError(
+            f"{config_file} changed since {checkpoint.name} was written: {what}{more}; restore it or start a new run"
+        )
+    if added := sorted(now.keys() - then.keys()):
+        log.info("settings new since %s take their defaults: %s", checkpoint.name, ", ".join(added))
 
 
 EARLIER_OUTPUTS = ("tb", "summary.json", "report.md", "plots")  # TensorBoard, rl train's summary, rl report's

@@ -455,7 +455,7 @@ class Driver:
         """Write a complete checkpoint of step ``self.version`` (see ``rl.loop.checkpoint``); returns its directory."""
         state = {
             "version": self.version,
-            "config": checkpoint.config_fingerprint(self.cfg),
+            "settings": checkpoint.run_settings(self.cfg),
             "data": self.data_fingerprint,
             "stream": self.stream.state(),
             "in_flight": len(self.unfinished),
