@@ -208,3 +208,30 @@ def test_a_run_directory_from_an_earlier_tailor_loads_for_rl_eval(tmp_path, capl
     cfg = _legacy_run(tmp_path, _earlier_version)
     assert load_run_config(cfg.run_dir / "config.yaml").train.max_steps == 30
     assert "rollout.max_concurrent_groups" in caplog.text
+
+
+def test_the_same_command_after_a_stop_continues_the_run_and_another_one_is_refused(tmp_path, caplog):
+    cfg = _run(tmp_path, "train.max_steps=30")
+    assert checkpoint.unfinished_run(cfg) is None  # no checkpoint yet: a new run
+    _write_checkpoint(cfg, 10, max_steps=30)
+    caplog.set_level(logging.INFO)
+    assert checkpoint.unfinished_run(cfg).name == "step_000010"
+    assert "holds this run, stopped at step 10 of 30: continuing it from step_000010" in caplog.text
+    longer = load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", "name=r", "train.max_steps=60"])
+    assert checkpoint.unfinished_run(longer).name == "step_000010"  # a resumable setting is the command's own
+
+    other = load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", "name=r", "train.max_steps=30", "seed=5"])
+    refused = (
+        f"{cfg.run_dir} holds an unfinished run (stopped at step 10 of 30) that this command would not continue "
+        f"(seed is 5, was 0); continue it with rl train --resume {cfg.run_dir}, or give this run another name= or "
+        "output_dir="
+    )
+    with pytest.raises(CheckpointError) as e:
+        checkpoint.unfinished_run(other)
+    assert str(e.value) == refused
+    shorter = load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", "name=r", "train.max_steps=8"])
+    with pytest.raises(CheckpointError, match=r"\(it is at step 10, this command's train.max_steps is 8\)"):
+        checkpoint.unfinished_run(shorter)
+
+    _write_checkpoint(cfg, 30, max_steps=30)  # the run finished: the same command trains a new one over it
+    assert checkpoint.unfinished_run(cfg) is None

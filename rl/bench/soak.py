@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -108,6 +109,7 @@ def run_soak(recipe: str, schedule: SoakSchedule, out_dir: Path, overrides: list
     """Train ``recipe`` under ``schedule``'s faults in ``out_dir/run``; returns what happened and the checks."""
     out_dir.mkdir(parents=True, exist_ok=True)
     run_dir = out_dir / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)  # an earlier soak's run there, unfinished, would be continued
     fault_log = out_dir / "faults.log"
     fault_log.write_text("")
     env = {

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rl.config import describe_config, load_config
-    from rl.loop.checkpoint import resume_config
+    from rl.loop.checkpoint import CheckpointError, resume_config, unfinished_run
 
     if args.help_config:
         print("\n".join(describe_config()))
@@ -42,7 +42,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if built is None:
         return 2
     cfg, resume = built
-    from rl.inputs.preflight import check_output_dir, preflight
+    from rl.inputs.preflight import BadInput, check_output_dir, preflight
 
     check_output_dir(cfg.output_dir, f"output_dir {cfg.output_dir!r}")  # first: it takes no time
     inputs = preflight(cfg)  # bad input: one line from main()
@@ -51,6 +51,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     cfg = apply_memory_plan(cfg, inputs.model_dir)  # sets the engines' GPU share; refuses a run that cannot fit
     with run_dir_lock(cfg.run_dir):  # the same command run twice: the second one says so, before it starts
+        if resume is None:  # the same command run again after a stop: it continues the run
+            try:
+                resume = unfinished_run(cfg)
+            except CheckpointError as e:
+                raise BadInput(str(e)) from None
         return _drive(args, cfg, inputs, resume)
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from rl.config import RunConfig, load_run_config, parse_override
+from rl.config import RunConfig, load_run_config, parse_override, read_recipe
 from rl.types import PromptRow
 
 log = logging.getLogger("rl.checkpoint")
@@ -174,7 +174,17 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
     cfg = load_run_config(run_dir / CONFIG_FILE, [*overrides, *where])
     checkpoint = latest_checkpoint(run_dir)
     saved = read_driver_state(checkpoint)
-    _check_settings(checkpoint, saved, run_dir / CONFIG_FILE, cfg)
+    then = settings_then(checkpoint, saved, run_dir / CONFIG_FILE)
+    if then is None:
+        raise CheckpointError(
+            f"{checkpoint}: written under another config than {run_dir / CONFIG_FILE} now holds; restore that file or "
+            "start a new run"
+        )
+    if changed := setting_changes(then, cfg, checkpoint):
+        raise CheckpointError(
+            f"{run_dir / CONFIG_FILE} changed since {checkpoint.name} was written: {changed}; restore it or start a "
+            "new run"
+        )
     if saved["version"] >= cfg.train.max_steps:
         raise CheckpointError(
             f"{checkpoint}: the run already reached train.max_steps={cfg.train.max_steps}; raise it to train on, "
@@ -183,28 +193,60 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
     return cfg, checkpoint
 
 
-def _check_settings(checkpoint: Path, saved: dict[str, Any], config_file: Path, cfg: RunConfig) -> None:
-    """Refuse a resume whose config changed a setting since ``checkpoint`` (naming it); settings Tailor added since
-    take their defaults."""
-    then = saved.get("settings")
-    if then is None:  # written before the settings were recorded: config.yaml is them, unless it was edited
-        dumped = yaml.safe_load(config_file.read_text(encoding="utf-8"))
-        if _digest(dumped) != saved.get("config"):
-            raise CheckpointError(
-                f"{checkpoint}: written under another config than {config_file} now holds; restore that file or "
-                "start a new run"
-            )
-        then = _settings(dumped)
-    now = run_settings(cfg)
-    changed = sorted(k for k in now.keys() & then.keys() if now[k] != then[k])
+def unfinished_run(cfg: RunConfig) -> Path | None:
+    """The checkpoint to continue from when ``cfg``'s run directory holds this same run, stopped before its last step
+    (the command run again after a stop or a crash); None where it holds no run or a finished one (a new run starts
+    over it). Raises ``CheckpointError`` (one line) for an unfinished run there under other settings."""
+    config_file = cfg.run_dir / CONFIG_FILE
+    try:
+        checkpoint = latest_checkpoint(cfg.run_dir)
+    except CheckpointError:  # none, or an incomplete one: nothing a resume could read
+        return None
+    if not config_file.exists():
+        return None
+    saved = read_driver_state(checkpoint)
+    planned = saved.get("max_steps") or read_recipe(config_file, local_paths=False)["train"]["max_steps"]
+    if saved["version"] >= planned:
+        return None
+    then = settings_then(checkpoint, saved, config_file)
+    changed = setting_changes(then, cfg, checkpoint) if then is not None else f"{config_file} was edited since"
+    if not changed and saved["version"] >= cfg.train.max_steps:
+        changed = f"it is at step {saved['version']}, this command's train.max_steps is {cfg.train.max_steps}"
     if changed:
-        what = "; ".join(f"{k} is {now[k]!r}, was {then[k]!r}" for k in changed[:3])
-        more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
         raise CheckpointError(
-            f"{config_file} changed since {checkpoint.name} was written: {what}{more}; restore it or start a new run"
+            f"{cfg.run_dir} holds an unfinished run (stopped at step {saved['version']} of {planned}) that this "
+            f"command would not continue ({changed}); continue it with rl train --resume "
+            f"{shlex.quote(str(cfg.run_dir))}, or give this run another name= or output_dir="
         )
+    log.info(
+        "%s holds this run, stopped at step %d of %d: continuing it from %s (another name= starts a new one)",
+        cfg.run_dir,
+        saved["version"],
+        planned,
+        checkpoint.name,
+    )
+    return checkpoint
+
+
+def settings_then(checkpoint: Path, saved: dict[str, Any], config_file: Path) -> dict[str, Any] | None:
+    """The settings ``checkpoint`` was written under: recorded, or, where it holds only their digest (written
+    before they were recorded), ``config_file``'s if its digest matches; None where it does not (the file was
+    edited since)."""
+    if "settings" in saved:
+        return saved["settings"]
+    dumped = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+    return _settings(dumped) if _digest(dumped) == saved.get("config") else None
+
+
+def setting_changes(then: dict[str, Any], cfg: RunConfig, checkpoint: Path) -> str:
+    """The settings ``cfg`` holds otherwise than ``then`` (a checkpoint's), said briefly ("" for none); settings
+    Tailor added since ``checkpoint`` take their defaults (logged)."""
+    now = run_settings(cfg)
     if added := sorted(now.keys() - then.keys()):
         log.info("settings new since %s take their defaults: %s", checkpoint.name, ", ".join(added))
+    changed = sorted(k for k in now.keys() & then.keys() if now[k] != then[k])
+    more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
+    return "; ".join(f"{k} is {now[k]!r}, was {then[k]!r}" for k in changed[:3]) + more
 
 
 EARLIER_OUTPUTS = ("tb", "summary.json", "report.md", "plots")  # TensorBoard, rl train's summary, rl report's

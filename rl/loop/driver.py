@@ -456,6 +456,7 @@ class Driver:
         state = {
             "version": self.version,
             "settings": checkpoint.run_settings(self.cfg),
+            "max_steps": self.cfg.train.max_steps,  # this run's last step: a run stopped before it is unfinished
             "data": self.data_fingerprint,
             "stream": self.stream.state(),
             "in_flight": len(self.unfinished),
