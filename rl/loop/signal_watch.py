@@ -31,9 +31,11 @@ class SignalWatch:
         if not silent:
             self.streak, self.rewards = [], set()
             return False, None
+        if self.warned:  # once per run: nothing more to gather for a warning
+            return True, None
         self.streak.append(step)
         self.rewards.update(s.reward for g in groups for s in g.samples)
-        if self.warned or len(self.streak) < SILENT_STEPS:
+        if len(self.streak) < SILENT_STEPS:
             return True, None
         self.warned = True
         return True, self._warning()
