@@ -234,7 +234,7 @@ def settings_then(checkpoint: Path, saved: dict[str, Any], config_file: Path) ->
     edited since)."""
     if "settings" in saved:
         return saved["settings"]
-    dumped = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+    dumped = read_recipe(config_file, local_paths=False)
     return _settings(dumped) if _digest(dumped) == saved.get("config") else None
 
 
