@@ -430,6 +430,26 @@ def test_subprocess_exit_code_and_no_traceback(tmp_path):
     assert "bad input: data.source" in done.stderr and "fewer than train.batch_groups (4)" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.source=/no/such/rows.jsonl", "bad input: data.source: dataset source '/no/such/rows.jsonl' does not"),
+        ("reward.functions.0.fn=no_such_file.py:score", "bad input: reward.functions: reward spec 'no_such_file.py"),
+    ],
+)
+def test_a_mistyped_path_is_reported_before_torch_or_transformers_load(tmp_path, override, message):
+    """The checks that need neither the tokenizer nor torch come first: a mistyped data or reward path is one line
+    in about a second, not after the seconds transformers and torch take to import."""
+    script = (
+        "import sys\nfrom rl.cli.main import main\ncode = main(sys.argv[1:])\n"
+        "print('heavy:', sorted(m for m in ('torch', 'transformers') if m in sys.modules))\nsys.exit(code)"
+    )
+    argv = ["train", "arith_tiny", f"output_dir={tmp_path}", override]
+    done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+    assert "heavy: []" in done.stdout, done.stdout
+
+
 @pytest.fixture
 def nothing_starts(monkeypatch):
     """Fail the test if a command would start an actor, an engine or a benchmark, or route the console's output."""
