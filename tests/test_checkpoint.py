@@ -200,6 +200,13 @@ def test_settings_recorded_by_a_checkpoint_that_this_tailor_no_longer_has_are_ig
     del settings["rollout.sleep_while_training"]
     _write_checkpoint(cfg, 10, settings={**settings, "rollout.max_concurrent_groups": 4})
     caplog.set_level(logging.INFO)
+    config = cfg.run_dir / "config.yaml"
+    config.write_text(config.read_text().replace("seed: 0", "seed: 5", 1))  # the run's own seed
+    with pytest.raises(CheckpointError, match="changed since step_000010 was written: seed is 5, was 0"):
+        resume_config(cfg.run_dir, [])
+    assert "new since" not in caplog.text  # a refused resume says only why it is refused
+
+    config.write_text(config.read_text().replace("seed: 5", "seed: 0", 1))
     assert resume_config(cfg.run_dir, [])[1].name == "step_000010"
     assert "settings new since step_000010 take their defaults: rollout.sleep_while_training" in caplog.text
 

@@ -180,7 +180,7 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
             f"{checkpoint}: written under another config than {run_dir / CONFIG_FILE} now holds; restore that file or "
             "start a new run"
         )
-    if changed := setting_changes(then, cfg, checkpoint):
+    if changed := setting_changes(then, cfg):
         raise CheckpointError(
             f"{run_dir / CONFIG_FILE} changed since {checkpoint.name} was written: {changed}; restore it or start a "
             "new run"
@@ -190,6 +190,7 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
             f"{checkpoint}: the run already reached train.max_steps={cfg.train.max_steps}; raise it to train on, "
             f"e.g. train.max_steps={cfg.train.max_steps * 2}"
         )
+    log_new_settings(then, cfg, checkpoint)
     return cfg, checkpoint
 
 
@@ -209,7 +210,7 @@ def unfinished_run(cfg: RunConfig) -> Path | None:
     if saved["version"] >= planned:
         return None
     then = settings_then(checkpoint, saved, config_file)
-    changed = setting_changes(then, cfg, checkpoint) if then is not None else f"{config_file} was edited since"
+    changed = setting_changes(then, cfg) if then is not None else f"{config_file} was edited since"
     if not changed and saved["version"] >= cfg.train.max_steps:
         changed = f"it is at step {saved['version']}, this command's train.max_steps is {cfg.train.max_steps}"
     if changed:
@@ -218,6 +219,7 @@ def unfinished_run(cfg: RunConfig) -> Path | None:
             f"command would not continue ({changed}); continue it with rl train --resume "
             f"{shlex.quote(str(cfg.run_dir))}, or give this run another name= or output_dir="
         )
+    log_new_settings(then, cfg, checkpoint)
     log.info(
         "%s holds this run, stopped at step %d of %d: continuing it from %s (another name= starts a new one)",
         cfg.run_dir,
@@ -238,15 +240,18 @@ def settings_then(checkpoint: Path, saved: dict[str, Any], config_file: Path) ->
     return _settings(dumped) if _digest(dumped) == saved.get("config") else None
 
 
-def setting_changes(then: dict[str, Any], cfg: RunConfig, checkpoint: Path) -> str:
-    """The settings ``cfg`` holds otherwise than ``then`` (a checkpoint's), said briefly ("" for none); settings
-    Tailor added since ``checkpoint`` take their defaults (logged)."""
+def setting_changes(then: dict[str, Any], cfg: RunConfig) -> str:
+    """The settings ``cfg`` holds otherwise than ``then`` (a checkpoint's), said briefly ("" for none)."""
     now = run_settings(cfg)
-    if added := sorted(now.keys() - then.keys()):
-        log.info("settings new since %s take their defaults: %s", checkpoint.name, ", ".join(added))
     changed = sorted(k for k in now.keys() & then.keys() if now[k] != then[k])
     more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
     return "; ".join(f"{k} is {now[k]!r}, was {then[k]!r}" for k in changed[:3]) + more
+
+
+def log_new_settings(then: dict[str, Any], cfg: RunConfig, checkpoint: Path) -> None:
+    """Say which settings of ``cfg`` Tailor added since ``checkpoint`` was written: a resume gives them defaults."""
+    if added := sorted(run_settings(cfg).keys() - then.keys()):
+        log.info("settings new since %s take their defaults: %s", checkpoint.name, ", ".join(added))
 
 
 EARLIER_OUTPUTS = ("tb", "summary.json", "report.md", "plots")  # TensorBoard, rl train's summary, rl report's
