@@ -40,6 +40,7 @@ from rl.loop.weight_sync import WeightSync
 from rl.output.completions import completion_rows
 from rl.output.console import eval_line, step_postfix
 from rl.output.metrics import MetricsLogger, summarize_groups
+from rl.output.progress import TrainingProgress
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
@@ -366,7 +367,7 @@ class Driver:
     async def continuous_training(self) -> None:
         """Consume batches, step the trainers, sync weights, log; ``max_steps`` times."""
         cfg = self.cfg.train
-        bar = tqdm(total=cfg.max_steps, initial=self.version, desc="train", unit="step", dynamic_ncols=True)
+        progress = TrainingProgress(cfg.max_steps, self.version)
         last, last_idle = time.monotonic(), self.admission.idle_seconds()
         for step in range(self.version + 1, cfg.max_steps + 1):
             if self.stopping.is_set():
@@ -414,8 +415,7 @@ class Driver:
             last, last_idle = now, idle
             self.logger.log(step, metrics)
             self.logger.log_completions(step, completion_rows(step, groups, self.cfg.logging.completions_per_step))
-            bar.set_postfix_str(step_postfix(metrics))
-            bar.update(1)
+            progress.step(step_postfix(metrics))
             if unwritten := self._records_unwritten():  # a full disk: training on would leave steps nobody can read
                 self._fail(unwritten)
                 break
@@ -435,7 +435,7 @@ class Driver:
                 await self.weights.synced()
                 await self._evaluate(f"step{step}")
         await self.weights.synced()
-        bar.close()
+        progress.close()
 
     def request_stop(self, signum: int) -> None:
         """A signal handler: the first stop signal ends the start-up at once, or the run at the next step boundary

@@ -1,0 +1,56 @@
+"""The training progress (rl/output/progress.py): a bar on a terminal, plain lines now and then off one."""
+
+import io
+import re
+
+from rl.output import progress
+from rl.output.progress import TrainingProgress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_off_a_terminal_the_first_step_then_one_line_a_while_and_the_last_are_printed():
+    clock, out = Clock(), io.StringIO()
+    shown = TrainingProgress(total=200, done=0, stream=out, clock=clock)
+    for step in range(1, 201):
+        clock.now = 2.0 * step  # 2 s a step
+        shown.step(f"reward {step}")
+    shown.close()
+
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue()
+    every = int(progress.LINE_EVERY_S / 2)  # steps between two lines
+    steps = [1, *range(1 + every, 200, every), 200]
+    assert [int(re.match(r"train: step (\d+)/200 \(", line).group(1)) for line in lines] == steps
+    assert lines[0] == "train: step 1/200 (0:02 in, ~6:38 left): reward 1"
+    assert lines[-1] == "train: step 200/200 (6:40 in, ~0:00 left): reward 200"
+
+
+def test_a_resumed_run_counts_its_pace_from_its_own_first_step():
+    clock, out = Clock(), io.StringIO()
+    shown = TrainingProgress(total=100, done=60, stream=out, clock=clock)
+    clock.now = 3.0
+    shown.step("r")
+    assert out.getvalue() == "train: step 61/100 (0:03 in, ~1:57 left): r\n"
+
+
+def test_on_a_terminal_the_bar_is_redrawn_in_place():
+    out = Terminal()
+    shown = TrainingProgress(total=3, done=0, stream=out)
+    for _ in range(3):
+        shown.step("reward 0.500")
+    shown.close()
+    text = out.getvalue()
+    assert "\r" in text and "3/3" in text and "reward 0.500" in text
+    assert "train: step" not in text
