@@ -54,3 +54,26 @@ def test_on_a_terminal_the_bar_is_redrawn_in_place():
     text = out.getvalue()
     assert "\r" in text and "3/3" in text and "reward 0.500" in text
     assert "train: step" not in text
+
+
+def test_a_log_line_on_a_terminal_goes_above_the_bar_not_after_it():
+    """The console's handler writes above the bar; a plain stream handler would glue the line to the bar's end."""
+    import logging
+
+    from rl.output.console import AboveTheBar
+
+    out = Terminal()
+    shown = TrainingProgress(total=3, done=0, stream=out)
+    shown.step("reward 0.500")
+    logger = logging.getLogger("tests.progress")
+    logger.propagate = False
+    logger.addHandler(AboveTheBar(out))
+    try:
+        logger.warning("checkpoint of step 1 written")
+    finally:
+        logger.handlers.clear()
+    shown.step("reward 0.600")
+    shown.close()
+    pieces = [piece.strip() for piece in re.split(r"[\r\n]", out.getvalue())]
+    assert "checkpoint of step 1 written" in pieces  # a line of its own, the bar's text cleared before it
+    assert "reward 0.600" in out.getvalue().split("checkpoint of step 1 written")[1]  # the bar drawn again below

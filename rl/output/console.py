@@ -21,6 +21,8 @@ import sys
 import threading
 from pathlib import Path
 
+from tqdm import tqdm
+
 LOG_DIR_ENV = "TAILOR_LOG_DIR"  # set while routing: Ray actors started from this process route into it
 PUMP_POLL_S = 0.1  # how often a pump told to drain checks that nothing is left to read
 
@@ -165,7 +167,7 @@ def route(log_dir: Path) -> None:
     pump = _route_fds(log_dir / "main.log", os.dup(terminal_err.fileno()), drained)
     sys.stdout, sys.stderr = terminal_out, terminal_err
     _state.update(pump=pump, drained=drained, out=terminal_out, err=terminal_err, log_dir=log_dir)
-    handler = logging.StreamHandler(terminal_err)
+    handler = AboveTheBar(terminal_err)
     handler.setFormatter(console_formatter())
     handler.addFilter(ConsoleFilter())
     root = logging.getLogger()
@@ -175,6 +177,17 @@ def route(log_dir: Path) -> None:
     root.setLevel(logging.INFO)
     logging.captureWarnings(True)  # Python warnings become records, filtered like the rest
     atexit.register(_unroute)
+
+
+class AboveTheBar(logging.StreamHandler):
+    """The console's log handler: each line goes above the training bar on its stream (``tqdm.write``), so that on a
+    terminal it is not glued to the end of the bar's line and the bar is redrawn below it; off one, a plain write."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:
+            self.handleError(record)
 
 
 def routed() -> bool:
