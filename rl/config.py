@@ -883,6 +883,8 @@ def error_lines(error: ValidationError, name: Callable[[tuple], str] | None = No
             value = item.get("input")
             if isinstance(value, (str, int, float, bool)) and len(repr(value)) <= 60:
                 text += f" (got {value!r})"
+            if item["type"] == "model_type" and where in SECTION_VALUES and isinstance(value, str):
+                text += f"; did you mean {SECTION_VALUES[where]}={value}?"
         lines.append(f"{where}: {text}" if where else text)
     return lines
 
@@ -894,8 +896,14 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
-# TRL's GRPOConfig names, which TRL users type, and the key that sets the same thing here
+# a section given one value (model=NAME) most likely meant its main key
+SECTION_VALUES = {"model": "model.path", "data": "data.source"}
+
+# TRL's GRPOConfig names (and its scripts' model and dataset arguments), which TRL users type, and the key that sets
+# the same thing here
 TRL_NAMES = {
+    "model_name_or_path": "model.path",
+    "dataset_name": "data.source",
     "learning_rate": "train.lr",
     "num_generations": "shaping.m_keep",
     "max_completion_length": "rollout.max_tokens",
