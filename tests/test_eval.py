@@ -134,4 +134,13 @@ def test_eval_arith_tiny_four_samples_on_the_warm_engine(rollout_worker, tiny_mo
 
     saved = json.loads(report.to_json())
     assert saved["metrics"] == m and len(saved["problems"]) == 32
-    assert "pass@4" in report.table()
+    assert "pass@4" in report.table() and "32 problems x 4 samples," in report.table()
+
+
+def test_the_table_counts_one_sample_in_the_singular():
+    from rl.evaluation.offline import EvalReport
+
+    settings = {"model": "m", "dataset": "arith", "split": "test", "recipe": "r", "temperature": 0.0, "max_tokens": 8}
+    one = EvalReport({**settings, "samples": 1}, {"num_problems": 3.0}).table()
+    assert one.startswith("m on arith[test] (recipe r): 3 problems x 1 sample, temperature 0.0, max_tokens 8")
+    assert "3 problems x 4 samples," in EvalReport({**settings, "samples": 4}, {"num_problems": 3.0}).table()

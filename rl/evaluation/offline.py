@@ -139,7 +139,8 @@ class EvalReport:
         s = self.settings
         head = (
             f"{s['model']} on {s['dataset']}[{s['split']}] (recipe {s['recipe']}): {int(self.metrics['num_problems'])} "
-            f"problems x {s['samples']} samples, temperature {s['temperature']}, max_tokens {s['max_tokens']}"
+            f"problems x {s['samples']} sample{'s'[: s['samples'] > 1]}, temperature {s['temperature']}, max_tokens "
+            f"{s['max_tokens']}"
         )
         width = max(map(len, self.metrics))
         rows = [f"  {k:<{width}}  {v:.4g}" for k, v in self.metrics.items()]
