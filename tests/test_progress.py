@@ -1,10 +1,10 @@
-"""The training progress (rl/output/progress.py): a bar on a terminal, plain lines now and then off one."""
+"""Progress on the console (rl/output/progress.py): a bar on a terminal, plain lines now and then off one."""
 
 import io
 import re
 
 from rl.output import progress
-from rl.output.progress import TrainingProgress
+from rl.output.progress import Progress
 
 
 class Clock:
@@ -22,10 +22,10 @@ class Terminal(io.StringIO):
 
 def test_off_a_terminal_the_first_step_then_one_line_a_while_and_the_last_are_printed():
     clock, out = Clock(), io.StringIO()
-    shown = TrainingProgress(total=200, done=0, stream=out, clock=clock)
+    shown = Progress(200, "train", "step", stream=out, clock=clock)
     for step in range(1, 201):
         clock.now = 2.0 * step  # 2 s a step
-        shown.step(f"reward {step}")
+        shown.advance(f"reward {step}")
     shown.close()
 
     lines = out.getvalue().splitlines()
@@ -33,23 +33,36 @@ def test_off_a_terminal_the_first_step_then_one_line_a_while_and_the_last_are_pr
     every = int(progress.LINE_EVERY_S / 2)  # steps between two lines
     steps = [1, *range(1 + every, 200, every), 200]
     assert [int(re.match(r"train: step (\d+)/200 \(", line).group(1)) for line in lines] == steps
-    assert lines[0] == "train: step 1/200 (0:02 in, ~6:38 left): reward 1"
+    assert lines[0] == "train: step 1/200 (0:02 in): reward 1"
     assert lines[-1] == "train: step 200/200 (6:40 in, ~0:00 left): reward 200"
 
 
 def test_a_resumed_run_counts_its_pace_from_its_own_first_step():
     clock, out = Clock(), io.StringIO()
-    shown = TrainingProgress(total=100, done=60, stream=out, clock=clock)
+    shown = Progress(100, "train", "step", done=60, stream=out, clock=clock)
     clock.now = 3.0
-    shown.step("r")
-    assert out.getvalue() == "train: step 61/100 (0:03 in, ~1:57 left): r\n"
+    shown.advance("r")
+    assert out.getvalue() == "train: step 61/100 (0:03 in): r\n"  # no pace from one step: it holds the start's
+    clock.now = 6.0
+    shown.advance("r")
+    assert shown.line("r", clock.now) == "train: step 62/100 (0:06 in, ~1:54 left): r"  # 3 s a step, 38 to go
+
+
+def test_an_evaluation_off_a_terminal_counts_its_problems():
+    clock, out = Clock(), io.StringIO()
+    shown = Progress(64, "eval", "problem", stream=out, clock=clock)
+    for n in range(1, 65):
+        clock.now = 0.4 * n
+        shown.advance()
+    lines = out.getvalue().splitlines()
+    assert lines == ["eval: problem 1/64 (0:00 in)", "eval: problem 64/64 (0:25 in, ~0:00 left)"], lines
 
 
 def test_on_a_terminal_the_bar_is_redrawn_in_place():
     out = Terminal()
-    shown = TrainingProgress(total=3, done=0, stream=out)
+    shown = Progress(3, "train", "step", stream=out)
     for _ in range(3):
-        shown.step("reward 0.500")
+        shown.advance("reward 0.500")
     shown.close()
     text = out.getvalue()
     assert "\r" in text and "3/3" in text and "reward 0.500" in text
@@ -63,8 +76,8 @@ def test_a_log_line_on_a_terminal_goes_above_the_bar_not_after_it():
     from rl.output.console import AboveTheBar
 
     out = Terminal()
-    shown = TrainingProgress(total=3, done=0, stream=out)
-    shown.step("reward 0.500")
+    shown = Progress(3, "train", "step", stream=out)
+    shown.advance("reward 0.500")
     logger = logging.getLogger("tests.progress")
     logger.propagate = False
     logger.addHandler(AboveTheBar(out))
@@ -72,7 +85,7 @@ def test_a_log_line_on_a_terminal_goes_above_the_bar_not_after_it():
         logger.warning("checkpoint of step 1 written")
     finally:
         logger.handlers.clear()
-    shown.step("reward 0.600")
+    shown.advance("reward 0.600")
     shown.close()
     pieces = [piece.strip() for piece in re.split(r"[\r\n]", out.getvalue())]
     assert "checkpoint of step 1 written" in pieces  # a line of its own, the bar's text cleared before it

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from rl.inputs.prompting import PromptEncoder
 from rl.output.metrics import percentiles
+from rl.output.progress import Progress
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
@@ -92,16 +92,21 @@ async def sample_and_score(
         return _method(worker, "generate_group")(group_id, encoder.encode(row.prompt), sampling, controller)
 
     calls = [launch(workers[i % len(workers)], row) for i, row in enumerate(rows)]
-    with tqdm(total=len(rows), desc=progress, unit="problem", dynamic_ncols=True, disable=progress is None) as bar:
+    bar = Progress(len(rows), progress, "problem") if progress is not None else None
 
-        async def counted(call: Any) -> Any:
-            result = await call
-            bar.update()
-            if on_problem is not None:
-                on_problem()
-            return result
+    async def counted(call: Any) -> Any:
+        result = await call
+        if bar is not None:
+            bar.advance()
+        if on_problem is not None:
+            on_problem()
+        return result
 
+    try:
         outs = await asyncio.gather(*map(counted, calls))
+    finally:
+        if bar is not None:
+            bar.close()
     results = outs if tools is None else [result for _, result, _ in outs]  # episodes: (prompt, result, kept)
     episodes: list[Episode] = [] if tools is None else [e for _, _, kept in outs for e in kept]
     groups = [r.samples for r in results]

@@ -40,7 +40,7 @@ from rl.loop.weight_sync import WeightSync
 from rl.output.completions import completion_rows
 from rl.output.console import eval_line, step_postfix
 from rl.output.metrics import MetricsLogger, summarize_groups
-from rl.output.progress import TrainingProgress
+from rl.output.progress import Progress
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
@@ -367,7 +367,7 @@ class Driver:
     async def continuous_training(self) -> None:
         """Consume batches, step the trainers, sync weights, log; ``max_steps`` times."""
         cfg = self.cfg.train
-        progress = TrainingProgress(cfg.max_steps, self.version)
+        progress = Progress(cfg.max_steps, "train", "step", self.version)
         last, last_idle = time.monotonic(), self.admission.idle_seconds()
         for step in range(self.version + 1, cfg.max_steps + 1):
             if self.stopping.is_set():
@@ -415,7 +415,7 @@ class Driver:
             last, last_idle = now, idle
             self.logger.log(step, metrics)
             self.logger.log_completions(step, completion_rows(step, groups, self.cfg.logging.completions_per_step))
-            progress.step(step_postfix(metrics))
+            progress.advance(step_postfix(metrics))
             if unwritten := self._records_unwritten():  # a full disk: training on would leave steps nobody can read
                 self._fail(unwritten)
                 break

@@ -1,6 +1,7 @@
-"""Training progress on the console: on a terminal a bar redrawn in place; off one (a file or a pipe: ``nohup``, a
-cluster job's log, CI) a plain line at the first step, then at most every ``LINE_EVERY_S`` seconds, and at the last,
-so that a log reads line by line instead of as one line of carriage-return refreshes."""
+"""Progress on the console (training steps, evaluated problems): on a terminal a bar redrawn in place; off one (a
+file or a pipe: ``nohup``, a cluster job's log, CI) a plain line at the first item, then at most every
+``LINE_EVERY_S`` seconds, and at the last, so that a log reads line by line instead of as one line of
+carriage-return refreshes."""
 
 from __future__ import annotations
 
@@ -12,34 +13,41 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-LINE_EVERY_S = 30.0  # off a terminal: the longest time between two progress lines while steps go on
+LINE_EVERY_S = 30.0  # off a terminal: the longest time between two progress lines while items go on
 
 
-class TrainingProgress:
-    """Steps ``done + 1 .. total`` as they end, each with the metrics ``step_postfix`` says of it."""
+class Progress:
+    """Items ``done + 1 .. total`` (``unit``\\ s: steps, problems) as they end, under the name ``desc``."""
 
     def __init__(
-        self, total: int, done: int, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        total: int,
+        desc: str,
+        unit: str,
+        done: int = 0,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.total, self.done, self.first = total, done, done
-        self.clock = clock
+        self.desc, self.unit, self.clock = desc, unit, clock
         self.started, self.last_line = clock(), -math.inf
         self.bar = tqdm(  # off a terminal disabled: lines of our own instead of the bar's refreshes
             total=total,
             initial=done,
-            desc="train",
-            unit="step",
+            desc=desc,
+            unit=unit,
             dynamic_ncols=True,
             file=self.stream,
             disable=not self.stream.isatty(),
         )
 
-    def step(self, postfix: str) -> None:
-        """One more step done; ``postfix`` is what it measured (reward, accuracy, step time, ...)."""
+    def advance(self, postfix: str = "") -> None:
+        """One more item done; ``postfix`` is what it measured (a step's reward, accuracy, step time, ...)."""
         self.done += 1
         if not self.bar.disable:
-            self.bar.set_postfix_str(postfix)
+            if postfix:
+                self.bar.set_postfix_str(postfix, refresh=False)
             self.bar.update(1)
             return
         now = self.clock()
@@ -48,11 +56,13 @@ class TrainingProgress:
             print(self.line(postfix, now), file=self.stream, flush=True)
 
     def line(self, postfix: str, now: float) -> str:
-        """``train: step 40/200 (0:34 in, ~2:16 left): reward ...``: the time since this process's first step began
-        (a resumed run's earlier time aside) and what is left at its pace."""
-        spent = now - self.started
-        left = spent / (self.done - self.first) * (self.total - self.done)
-        return f"train: step {self.done}/{self.total} ({_clock(spent)} in, ~{_clock(left)} left): {postfix}"
+        """``train: step 40/200 (0:34 in, ~2:16 left): reward ...``: the time since this process's first item began
+        (a resumed run's earlier time aside) and what is left at its pace, from the second item on (the first one's
+        time holds the start's)."""
+        spent, ran = now - self.started, self.done - self.first
+        left = f", ~{_clock(spent / ran * (self.total - self.done))} left" if ran > 1 else ""
+        head = f"{self.desc}: {self.unit} {self.done}/{self.total} ({_clock(spent)} in{left})"
+        return f"{head}: {postfix}" if postfix else head
 
     def close(self) -> None:
         self.bar.close()
