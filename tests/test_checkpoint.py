@@ -242,3 +242,17 @@ def test_the_same_command_after_a_stop_continues_the_run_and_another_one_is_refu
 
     _write_checkpoint(cfg, 30, max_steps=30)  # the run finished: the same command trains a new one over it
     assert checkpoint.unfinished_run(cfg) is None
+
+
+def test_a_resume_takes_the_last_step_the_checkpoint_recorded(tmp_path):
+    """A run of 30 steps resumed with train.max_steps=80 and stopped at step 50: a plain --resume continues to 80,
+    where config.yaml (written when the run started) still says 30."""
+    cfg = _run(tmp_path, "train.max_steps=30")
+    _write_checkpoint(cfg, 50, max_steps=80)
+    resumed, path = resume_config(cfg.run_dir, [])
+    assert path.name == "step_000050" and resumed.train.max_steps == 80
+    assert resume_config(cfg.run_dir, ["train.max_steps=120"])[0].train.max_steps == 120  # the command's own wins
+
+    _write_checkpoint(cfg, 80, max_steps=80)
+    with pytest.raises(CheckpointError, match="already reached train.max_steps=80; raise it to train on"):
+        resume_config(cfg.run_dir, [])

@@ -156,7 +156,8 @@ def read_driver_state(checkpoint: Path) -> dict[str, Any]:
 
 
 def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]:
-    """The saved config of ``run_dir`` with ``overrides``, and the checkpoint to resume from.
+    """The saved config of ``run_dir`` with ``overrides``, and the checkpoint to resume from. ``train.max_steps``
+    is the checkpoint's own where it recorded one and ``overrides`` give none: an earlier resume may have moved it.
 
     Raises ``CheckpointError`` (one line) for a directory that is not a run, an override that would break
     continuity, no complete checkpoint, or a checkpoint written under another config.
@@ -170,10 +171,11 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
                 f"override {key!r} would break the run's continuity; a resume may change only "
                 f"{', '.join(RESUMABLE)} (start a new run to change the rest)"
             )
-    where = [f"output_dir={run_dir.parent}", f"name={run_dir.name}"]
-    cfg = load_run_config(run_dir / CONFIG_FILE, [*overrides, *where])
     checkpoint = latest_checkpoint(run_dir)
     saved = read_driver_state(checkpoint)
+    planned = [f"train.max_steps={saved['max_steps']}"] if "max_steps" in saved else []  # maybe moved by a resume
+    where = [f"output_dir={run_dir.parent}", f"name={run_dir.name}"]
+    cfg = load_run_config(run_dir / CONFIG_FILE, [*planned, *overrides, *where])
     then = settings_then(checkpoint, saved, run_dir / CONFIG_FILE)
     if then is None:
         raise CheckpointError(
