@@ -66,6 +66,20 @@ def test_faults_and_unknown_warnings_are_shown():
     assert [line for line in faults if not shown(line)] == []
 
 
+def test_an_actor_whose_constructor_raised_shows_nothing_more():
+    """Ray's report that an actor's constructor raised, and the traceback after it, stay in the actor's log: the
+    run says in one line which actor did not start and why (``driver.did_not_start``)."""
+    sieve = LineSieve()
+    lines = [
+        "WARNING shown before it",
+        "Exception raised in creation task: The actor died because of an error raised in its creation task, ...",
+        '  File "/work/main/rollout/worker.py", line 39, in __init__',
+        "    raise ValueError(",
+        "ValueError: No available memory for the cache blocks.",
+    ]
+    assert [line for line in lines if sieve(line)] == lines[:1]
+
+
 def test_a_dropped_python_warning_takes_its_source_line_a_traceback_keeps_its_own():
     sieve = LineSieve()
     lines = [

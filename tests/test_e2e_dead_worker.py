@@ -20,7 +20,7 @@ from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
 from small_runs import on_the_warm_engine, small_run
 
-from rl.loop.driver import Driver, RunFailed
+from rl.loop.driver import Driver, RunFailed, did_not_start
 
 pytestmark = pytest.mark.integration(seconds=90)  # starts real Ray or vLLM
 
@@ -199,3 +199,22 @@ def test_a_dead_trainer_stops_the_run_with_one_line(rollout_worker, tiny_model_d
     assert 1 <= stopped.value.summary["steps"] < 6 and stopped.value.summary["failure"] == message
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [f"{message}; stopping"]
+
+
+def test_an_actor_whose_constructor_raised_is_named_with_its_error(ray_session, tmp_path):
+    """What a run says when an actor does not start (an engine vLLM refused): the actor, the error's last line and
+    where the traceback is, from Ray's real error, not a dead process with no reason."""
+
+    class _RefusesToStart:  # defined here: Ray sends it by value (the actor's process cannot import this file)
+        def __init__(self) -> None:
+            raise ValueError("No available memory for the cache blocks.\nTry increasing it")
+
+        def stats(self) -> dict:
+            return {}
+
+    actor = ray_session.remote(num_cpus=0)(_RefusesToStart).remote()
+    with pytest.raises(ray.exceptions.RayActorError) as e:
+        ray_session.get(actor.stats.remote(), timeout=120)
+    raised = "ValueError: No available memory for the cache blocks."
+    assert did_not_start(e.value, tmp_path) == f"_RefusesToStart did not start: {raised} (its traceback: {tmp_path})"
+    assert did_not_start(ray.exceptions.RayActorError(), tmp_path) is None  # died otherwise: not this

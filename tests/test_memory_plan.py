@@ -26,6 +26,7 @@ from rl.inputs.memory_plan import (
     refusal,
     trainer_need,
 )
+from rl.inputs.preflight import BadInput
 from rl.loop import driver
 from rl.model_shapes import SHAPES
 
@@ -291,3 +292,24 @@ def test_a_share_that_starves_the_trainer_is_refused_in_one_line(started, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "rollout.gpu_memory_utilization=0.95" in err[0] and "leave it unset" in err[0]
     assert "cfg" not in started
+
+
+def test_a_cpu_kv_cache_below_one_longest_sequence_is_refused_before_any_actor(tmp_path):
+    """On the CPU vLLM refuses an engine whose KV cache (rollout.kv_cache_bytes) holds less than one max_model_len
+    sequence plus its null block (seen: 11796480 bytes for SmolLM2 at 256 tokens refused, 13271040 started)."""
+    (tmp_path / "config.json").write_text(json.dumps(SHAPES["smollm2-135m"]))
+    token = 2 * 30 * 3 * 64 * 4  # K and V, 30 layers, 3 KV heads of 64, float32 (auto on the CPU)
+    need = (256 // memory_plan.CPU_KV_BLOCK_TOKENS + 1) * memory_plan.CPU_KV_BLOCK_TOKENS * token
+    assert need == 13271040
+    fits = _cfg("rollout.max_model_len=256", f"rollout.kv_cache_bytes={need}")
+    memory_plan.check_cpu_kv_cache(fits, str(tmp_path))
+    small = _cfg("rollout.max_model_len=256", f"rollout.kv_cache_bytes={need - 1}")
+    with pytest.raises(BadInput) as refused:
+        memory_plan.apply_memory_plan(small, str(tmp_path))  # this machine has no GPU: its engines run on the CPU
+    assert str(refused.value) == (
+        f"rollout.kv_cache_bytes ({need - 1}) cannot hold one sequence of rollout.max_model_len (256) tokens on this "
+        f"model ({token} bytes of KV cache a token, {need} in all); raise it to at least {need} (each sequence "
+        "decoded at once takes as much), or lower rollout.max_model_len"
+    )
+    halved = _cfg("rollout.max_model_len=256", f"rollout.kv_cache_bytes={need // 2}", "model.dtype=bfloat16")
+    memory_plan.check_cpu_kv_cache(halved, str(tmp_path))  # bfloat16 keys and values take half as much

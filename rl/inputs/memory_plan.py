@@ -431,6 +431,8 @@ def apply_memory_plan(cfg: RunConfig, model_dir: str) -> RunConfig:
     elif gpu is not None and gpu[0] == 1:
         budget, total = gpu[1], gpu[2]
     else:
+        if gpu is None and cfg.ray.address is None:  # the engines run on this machine's CPU
+            check_cpu_kv_cache(cfg, model_dir)
         return cfg
     shape = model_shape(model_dir)
     if shape is None:
@@ -455,3 +457,25 @@ def apply_memory_plan(cfg: RunConfig, model_dir: str) -> RunConfig:
     share = plan.engine_share
     print(f"{plan.line()}; rollout.gpu_memory_utilization={share:g}", flush=True)
     return _with(cfg, "rollout", gpu_memory_utilization=share)
+
+
+CPU_KV_BLOCK_TOKENS = 32  # vLLM 0.32's CPU attention block (its first block is its null block, never used)
+
+
+def check_cpu_kv_cache(cfg: RunConfig, model_dir: str) -> None:
+    """A CPU engine's KV cache is ``rollout.kv_cache_bytes``, and vLLM refuses to start one that cannot hold a whole
+    ``rollout.max_model_len`` sequence (with a hint about GPU memory); refused here in one line instead."""
+    from rl.inputs.preflight import BadInput
+
+    shape = model_shape(model_dir)
+    if shape is None:
+        return
+    r = cfg.rollout
+    token = shape.kv_bytes_per_token(2 if cfg.model.dtype == "bfloat16" else 4)  # auto is float32 on the CPU
+    need = (math.ceil(r.max_model_len / CPU_KV_BLOCK_TOKENS) + 1) * CPU_KV_BLOCK_TOKENS * token  # + the null block
+    if r.kv_cache_bytes < need:
+        raise BadInput(
+            f"rollout.kv_cache_bytes ({r.kv_cache_bytes}) cannot hold one sequence of rollout.max_model_len "
+            f"({r.max_model_len}) tokens on this model ({token} bytes of KV cache a token, {need} in all); raise it "
+            f"to at least {need} (each sequence decoded at once takes as much), or lower rollout.max_model_len"
+        )

@@ -62,6 +62,22 @@ def died(error: RayActorError) -> str:
     return f"{who}{f' (pid {pid.group(1)})' if pid else ''} died"
 
 
+def did_not_start(error: RayActorError, log_dir: Path) -> str | None:
+    """For an actor whose constructor raised (an engine vLLM refused, a model that does not load): which one, the
+    error's last line and where its traceback is; None for an actor that died otherwise."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))  # Ray colours the actor's name
+    actor = re.search(r"error raised in its creation task, ray::(\w+)\.__init__\(\) \(pid=(\d+)", text)
+    if actor is None:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    raised = [line for line in lines if _RAISED.match(line)] or lines  # "ValueError: ...", not its message's tail
+    log = log_dir / f"worker-{actor.group(2)}.log"
+    return f"{actor.group(1)} did not start: {raised[-1]} (its traceback: {log if log.exists() else log_dir})"
+
+
+_RAISED = re.compile(r"^[\w.]+(Error|Exception)\b.*: ")  # a traceback's last line: the exception and its message
+
+
 class RunFailed(Exception):
     """The run stopped on an error it cannot train through; the message is one line, ``summary`` the run's summary
     up to the failure (None for one before training)."""
@@ -167,6 +183,8 @@ class Driver:
                 if self.stop_signal is None:
                     raise
                 return self._stopped_while_starting()
+            except RayActorError as e:  # an actor died while the run started: nothing to train with
+                raise RunFailed(did_not_start(e, cfg.run_dir / "logs") or f"{died(e)} while the run started") from None
             rollouts = asyncio.create_task(self.continuous_rollouts())
             try:
                 await self.continuous_training()
@@ -241,13 +259,13 @@ class Driver:
     async def _start_up(self) -> float:
         """Wait for the actors, start the training clock, then restore the checkpoint or evaluate before training;
         returns the engines' start-up seconds."""
+        stats = await asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])  # up, or one died
+        waited = time.monotonic() - self.fleet_started  # the user's wait: worker processes, imports, the engine
+        startup_s = max(s["startup_s"] for s in stats)
         await self.fleet.channel.start()
         if self.start_actors is None:  # a fleet of real actors: say where each runs
             await placement.log_where(self.fleet.trainers, self.fleet.rollout.started)
         self.t0 = time.monotonic()
-        stats = await asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])
-        startup_s = max(s["startup_s"] for s in stats)
-        waited = time.monotonic() - self.fleet_started  # the user's wait: worker processes, imports, the engine
         log.info("rollout engines up in %.1f s (building the engine %.1f s)", waited, startup_s)
         if self.fleet.scorer:
             log.info("scorer worker up in %.1f s", (await self.fleet.scorer.stats.remote())["startup_s"])

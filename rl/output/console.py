@@ -69,6 +69,9 @@ _CHATTER = re.compile(r"\b(INFO|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[|\t(INFO|DEBUG
 _PROGRESS_BAR = re.compile(r"\|\s*\d+/\d+ \[|\d+%\|")  # a library's tqdm bar (model loading)
 _RAY_TAG = re.compile(r"^:(actor_name|task_name|job_id|event_summary|info_message):")  # Ray's log routing marks
 _PY_WARNING = re.compile(r"\w+Warning: ")
+# Ray's report, in an actor's own output, that its constructor raised, then its traceback: the run says in one line
+# which actor did not start and why (rl/loop/driver.py); the traceback stays in the actor's log file
+_CREATION_FAILED = re.compile(r"^Exception raised in creation task")
 
 _state: dict[str, object] = {}
 
@@ -82,13 +85,18 @@ def shown(line: str) -> bool:
 
 
 class LineSieve:
-    """``shown`` line by line, and a dropped Python warning's indented source line goes with it."""
+    """``shown`` line by line; a dropped Python warning's indented source line goes with it, and an actor whose
+    constructor raised shows nothing more (Ray's report of it and the traceback)."""
 
     def __init__(self) -> None:
         self._dropping = False
+        self._failed_to_start = False  # this process is an actor whose constructor raised: what follows is its end
 
     def __call__(self, line: str) -> bool:
         if self._dropping and line.startswith(" "):
+            return False
+        self._failed_to_start = self._failed_to_start or bool(_CREATION_FAILED.match(line))
+        if self._failed_to_start:
             return False
         keep = shown(line)
         self._dropping = not keep and bool(_PY_WARNING.search(line))
