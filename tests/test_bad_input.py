@@ -52,6 +52,11 @@ def _safetensors(tensors: dict, data: bytes) -> bytes:
     return len(header).to_bytes(8, "little") + header + data
 
 
+ONE_MIB_KV_CACHE = "rollout.kv_cache_bytes=1048576"  # the least it may be
+SMOLLM2_CONFIG = json.dumps(
+    {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9}
+    | {"num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152}
+)
 GOOD_WEIGHTS = _safetensors({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, b"\0" * 4)
 CORRUPT_WEIGHTS = {"model.safetensors": b"\xff" * 64}  # its header length reads as 2**64 - 1
 NOT_JSON_HEADER = (2).to_bytes(8, "little") + b"[}"
@@ -543,6 +548,13 @@ COMMANDS = [
         1,
     ),
     ("eval_empty_dir", lambda t: ["eval", str(t), "--dataset", "arith"], 2, "is neither an HF model directory", 1),
+    (
+        "eval_kv_cache_too_small",  # vLLM refused it in the engine: a 63-line traceback
+        lambda t: ["eval", _model(t, config=SMOLLM2_CONFIG), "--dataset", "arith", "--set", ONE_MIB_KV_CACHE],
+        2,
+        "bad input: rollout.kv_cache_bytes (1048576) cannot hold one sequence of rollout.max_model_len (96) tokens",
+        1,
+    ),
     ("eval_without_dataset", lambda t: ["eval", _model(t)], 2, "rl eval: give --dataset (arith, a preset", 1),
     (
         "eval_mistyped_run_dir",  # not "give --dataset", which a run directory does not need

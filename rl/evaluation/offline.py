@@ -17,6 +17,7 @@ from typing import Any
 from rl.config import DataConfig, RunConfig
 from rl.data.source import dataset_rows, train_and_held_out
 from rl.evaluation.held_out import ProblemRecord, sample_and_score, summarize
+from rl.inputs.memory_plan import check_cpu_kv_cache, visible_gpu
 from rl.inputs.preflight import BadInput, check_local_cores, check_model_path, check_reward_model, prompt_encoder
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.checkpoint import complete_checkpoints
@@ -70,6 +71,8 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
     if settings.cpu_threads_bind:
         check_local_cores(settings.cpu_threads_bind, "--cpu-bind")
     model_dir = resolve_eval_model(settings.model)
+    if visible_gpu() is None:  # the engine runs on this machine's CPU, its KV cache rollout.kv_cache_bytes
+        check_cpu_kv_cache(cfg, model_dir)
     data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
     try:
         rows = split_of(data, settings.split) if settings.as_trained else dataset_rows(data, settings.split)
