@@ -17,13 +17,12 @@ from typing import Any
 from rl.config import DataConfig, RunConfig
 from rl.data.source import dataset_rows, train_and_held_out
 from rl.evaluation.held_out import ProblemRecord, sample_and_score, summarize
-from rl.inputs.memory_plan import check_cpu_kv_cache, visible_gpu
-from rl.inputs.preflight import BadInput, check_local_cores, check_model_path, check_reward_model, prompt_encoder
+from rl.inputs.memory_plan import check_cpu_kv_cache
+from rl.inputs.preflight import BadInput, check_local_cores, check_model_path, load_rewards, prompt_encoder
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.checkpoint import complete_checkpoints
 from rl.models import BUILTIN_PREFIX
 from rl.rewards.hooks import RewardState
-from rl.rewards.loading import load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec, SamplingSpec
 from rl.rollout.tool_workflow import ToolSettings
@@ -71,8 +70,6 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
     if settings.cpu_threads_bind:
         check_local_cores(settings.cpu_threads_bind, "--cpu-bind")
     model_dir = resolve_eval_model(settings.model)
-    if visible_gpu() is None:  # the engine runs on this machine's CPU, its KV cache rollout.kv_cache_bytes
-        check_cpu_kv_cache(cfg, model_dir)
     data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
     try:
         rows = split_of(data, settings.split) if settings.as_trained else dataset_rows(data, settings.split)
@@ -83,14 +80,11 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
         raise BadInput(f"--dataset {data.source!r} (split {settings.split!r}): {text}") from None
     if not rows:
         raise BadInput(f"--dataset {data.source!r} split {settings.split!r} has no rows; check --split")
-    for index, reward in enumerate(cfg.reward.functions):
-        if reward.model is not None:
-            check_reward_model(reward, index)
-            continue
-        try:
-            load_reward_fn(reward.fn)
-        except ValueError as e:
-            raise BadInput(f"reward.functions: {e}") from None
+    load_rewards(cfg)
+    import torch  # the engine's own import, after the checks that need none
+
+    if not torch.cuda.is_available():  # the engine runs on this machine's CPU, its KV cache rollout.kv_cache_bytes
+        check_cpu_kv_cache(cfg, model_dir)
     return EvalInputs(model_dir, prompt_encoder(model_dir, settings.model, "model"), rows)
 
 

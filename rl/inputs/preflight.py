@@ -62,9 +62,6 @@ def preflight(cfg: RunConfig) -> RunInputs:
     train, test = split_rows(cfg.data)
     _check_column_names(cfg, train)
     functions = load_rewards(cfg)
-    for index, reward in enumerate(cfg.reward.functions):
-        if reward.model is not None:
-            check_reward_model(reward, index)
     encoder = prompt_encoder(model_dir, cfg.model.path)
     _check_context_length(model_dir, cfg.rollout.max_model_len)
     _check_chat_template(encoder, cfg, train)
@@ -103,10 +100,12 @@ def preflight(cfg: RunConfig) -> RunInputs:
 
 
 def load_rewards(cfg: RunConfig) -> list[tuple[str, Callable[..., Any]]]:
-    """Each reward function of ``cfg`` (reward models aside) imported: its name as given and the function."""
+    """Each reward function of ``cfg`` imported (its name as given and the function), each reward model's files
+    checked (``check_reward_model``), in the recipe's order."""
     loaded = []
-    for reward in cfg.reward.functions:
-        if reward.fn is None:
+    for index, reward in enumerate(cfg.reward.functions):
+        if reward.model is not None:
+            check_reward_model(reward, index)
             continue
         try:
             loaded.append((reward.fn, load_reward_fn(reward.fn)))
