@@ -8,6 +8,7 @@ stop the bench with SIGTERM.
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from user_run import user_env
 
+from rl.bench.rollout import PASSES_FILE
 from rl.loop.processes import alive, descendants, wait_for
 from rl.output.console import ConsoleFilter, LineSieve, run_summary, shown, step_postfix
 
@@ -189,10 +191,10 @@ def test_rl_train_console_is_short_and_ends_with_a_summary(user_train_run):
 
 @pytest.mark.integration
 def test_rl_bench_rollout_shows_progress_and_sigterm_stops_it_and_its_engine(tiny_model_dir, tmp_path):
-    """A long ``rl bench rollout``, run as a user runs it: a quiet console shows the engine start and each mode's
-    passes; SIGTERM once both modes ran stops it with exit code 143, any child process it started goes with it (on
-    the CPU there is none: its engine core runs in the bench's process), and no result is written for a run cut
-    short."""
+    """A long ``rl bench rollout``, run as a user runs it: a quiet console shows the engine start and the passes as
+    lines (not a bar's carriage-return refreshes: the output is a file), the first one and, once it stops, the last;
+    SIGTERM once both modes ran stops it with exit code 143, any child process it started goes with it (on the CPU
+    there is none: its engine core runs in the bench's process), and no result is written for a run cut short."""
     log = tmp_path / "bench.log"
     bench = ["bench", "rollout", "--model", tiny_model_dir, "--prompts", "32", "--max-tokens", "48", "--m-keep", "2"]
     bench += ["--modes", "plain,darts", "--repeats", "50", "--no-plots", "--out", str(tmp_path / "b")]
@@ -201,7 +203,9 @@ def test_rl_bench_rollout_shows_progress_and_sigterm_stops_it_and_its_engine(tin
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=user_env(), cwd=tmp_path)
     children: set[int] = set()
     try:
-        assert wait_for(lambda: "darts repeat 0" in log.read_text() or proc.poll() is not None, 600), "no pass"
+        passes = tmp_path / "b" / PASSES_FILE
+        ran_both = lambda: passes.exists() and len(passes.read_text().splitlines()) >= 2  # noqa: E731
+        assert wait_for(lambda: ran_both() or proc.poll() is not None, 600), "no pass"
         assert proc.poll() is None, log.read_text()[-3000:]
         children = descendants(proc.pid)
         proc.send_signal(signal.SIGTERM)
@@ -216,7 +220,11 @@ def test_rl_bench_rollout_shows_progress_and_sigterm_stops_it_and_its_engine(tin
     assert not (tmp_path / "b" / "bench_rollout.json").exists()  # stopped mid-run: no partial result
     text = log.read_text()
     assert_quiet(text, 60)
-    assert "engine up in" in text and "plain repeat 0" in text and "darts repeat 0" in text and "/100 [" in text
+    assert "engine up in" in text and "\r" not in text
+    lines = [line for line in text.splitlines() if line.startswith("bench: pass ")]
+    assert lines[0].startswith("bench: pass 1/100 (") and ": plain repeat 0: " in lines[0], lines
+    last = int(re.match(r"bench: pass (\d+)/100 \(", lines[-1]).group(1))  # where the signal stopped it
+    assert last >= 2 and f"repeat {(last - 1) // 2}: " in lines[-1], lines
 
 
 def test_records_before_routing_are_sieved_unless_verbose():

@@ -58,6 +58,27 @@ def test_an_evaluation_off_a_terminal_counts_its_problems():
     assert lines == ["eval: problem 1/64 (0:00 in)", "eval: problem 64/64 (0:25 in, ~0:00 left)"], lines
 
 
+def test_a_run_stopped_short_ends_on_a_line_of_where_it_stopped():
+    """A signal or a time budget ends the items before ``total``: the last one done still gets its line, once."""
+    clock, out = Clock(), io.StringIO()
+    shown = Progress(40, "trl", "step", stream=out, clock=clock)
+    for step in range(1, 8):
+        clock.now = 1.0 * step
+        shown.advance(f"reward {step}")
+    shown.close()
+    assert out.getvalue().splitlines() == [
+        "trl: step 1/40 (0:01 in): reward 1",
+        "trl: step 7/40 (0:07 in, ~0:33 left): reward 7",
+    ]
+
+    out = io.StringIO()
+    shown = Progress(2, "train", "step", stream=out, clock=clock)
+    shown.advance()
+    shown.advance()
+    shown.close()  # the last was printed already: nothing more
+    assert len(out.getvalue().splitlines()) == 2
+
+
 def test_on_a_terminal_the_bar_is_redrawn_in_place():
     out = Terminal()
     shown = Progress(3, "train", "step", stream=out)

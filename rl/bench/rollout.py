@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from rl.bench.cost_model import DecodeProfile, batch_rollout_time
@@ -46,6 +45,7 @@ from rl.bench.summary import build_summary, markdown
 from rl.config import RolloutConfig, RunConfig, ShapingConfig, apply_overrides, load_config, one_line
 from rl.data.source import dataset_rows
 from rl.inputs.prompting import PromptEncoder
+from rl.output.progress import Progress
 from rl.rewards.loading import RewardSpec, load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.cpu_cores import local_cores
@@ -322,22 +322,20 @@ class RolloutBench:
         runs = []
         self.cfg.out_dir.mkdir(parents=True, exist_ok=True)
         passes = (self.cfg.out_dir / PASSES_FILE).open("w")  # each pass as it ends: a cut-short run keeps what ran
-        bar = tqdm(total=len(self.batches) * len(self.cfg.modes), desc="bench", unit="pass", dynamic_ncols=True)
+        bar = Progress(len(self.batches) * len(self.cfg.modes), "bench", "pass")
         try:
             with logging_redirect_tqdm():
                 for repeat, batch in enumerate(self.batches):
                     shift = repeat % len(self.cfg.modes)
                     for mode in self.cfg.modes[shift:] + self.cfg.modes[:shift]:
-                        bar.set_description(f"{mode} repeat {repeat}")
                         runs.append(await self.run_mode(engine, mode, batch, repeat, pool))
                         passes.write(json.dumps(runs[-1]) + "\n")
                         passes.flush()
                         m = runs[-1]["metrics"]
-                        bar.set_postfix_str(
-                            f"{m['time_to_batch_s']:.1f} s, {m['gen_tokens_per_s']:.0f} tok/s, "
-                            f"waste {m['waste_ratio']:.2f}, reward {m['reward_mean']:.2f}"
+                        bar.advance(
+                            f"{mode} repeat {repeat}: {m['time_to_batch_s']:.1f} s, {m['gen_tokens_per_s']:.0f} "
+                            f"tok/s, waste {m['waste_ratio']:.2f}, reward {m['reward_mean']:.2f}"
                         )
-                        bar.update()
         finally:
             bar.close()
             passes.close()

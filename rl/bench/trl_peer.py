@@ -37,7 +37,6 @@ from typing import Any
 import torch
 from datasets import Dataset
 from safetensors.torch import save_file
-from tqdm import tqdm
 from transformers import AutoTokenizer, TrainerCallback
 from transformers.trainer_callback import ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -46,6 +45,7 @@ from rl import STARTING_ENVIRONMENT
 from rl.config import RunConfig
 from rl.inputs.preflight import split_rows
 from rl.models import no_progress_bars, resolve_model
+from rl.output.progress import Progress
 from rl.rewards.loading import load_reward_fn
 
 LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
@@ -201,12 +201,13 @@ class SnapshotClock(TrainerCallback):
             self.dir.mkdir(parents=True, exist_ok=True)
         self.run.process = process_facts()
         self.start, self.paused = time.monotonic(), 0.0
-        self.bar = tqdm(total=self.budget.steps, desc="trl", unit="step", dynamic_ncols=True)
+        self.bar = Progress(self.budget.steps, "trl", "step")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
-        """The bar's postfix: TRL's own step metrics (TRL would print each step's whole dict)."""
+        """A step on the bar, with TRL's own step metrics (TRL would print each step's whole dict): TRL logs every
+        step (``logging_steps=1``), after ``on_step_end``."""
         if logs and "reward" in logs:
-            self.bar.set_postfix_str(f"reward {logs['reward']:.3f}, {logs.get('step_time', 0.0):.1f} s/step")
+            self.bar.advance(f"reward {logs['reward']:.3f}, {logs.get('step_time', 0.0):.1f} s/step")
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.run.process["load_average_end"] = list(os.getloadavg())
@@ -222,7 +223,6 @@ class SnapshotClock(TrainerCallback):
             self._snapshot(self.dir, model, step, clock)
         self.run.steps, self.run.last_step_seconds, self.run.train_seconds = step, clock - self.run.train_seconds, clock
         self.run.step_ends.append(clock)
-        self.bar.update(step - self.bar.n)
 
     def _due(self, position: float, end: float) -> bool:
         """Whether ``position`` (step or clock) has passed the next of ``points`` even marks up to ``end``."""

@@ -1,7 +1,7 @@
-"""Progress on the console (training steps, evaluated problems): on a terminal a bar redrawn in place; off one (a
-file or a pipe: ``nohup``, a cluster job's log, CI) a plain line at the first item, then at most every
-``LINE_EVERY_S`` seconds, and at the last, so that a log reads line by line instead of as one line of
-carriage-return refreshes."""
+"""Progress on the console (training steps, evaluated problems, a bench's passes and its peer's steps): on a terminal
+a bar redrawn in place; off one (a file or a pipe: ``nohup``, a cluster job's log, CI) a plain line at the first item,
+then at most every ``LINE_EVERY_S`` seconds, and at the last or where it stops short of it, so that a log reads line
+by line instead of as one line of carriage-return refreshes."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ class Progress:
         self.total, self.done, self.first = total, done, done
         self.desc, self.unit, self.clock = desc, unit, clock
         self.started, self.last_line = clock(), -math.inf
+        self.shown, self.postfix = done, ""  # off a terminal: the item of the last line printed, the latest postfix
         self.bar = tqdm(  # off a terminal disabled: lines of our own instead of the bar's refreshes
             total=total,
             initial=done,
@@ -50,10 +51,14 @@ class Progress:
                 self.bar.set_postfix_str(postfix, refresh=False)
             self.bar.update(1)
             return
+        self.postfix = postfix
         now = self.clock()
         if self.done - self.first == 1 or self.done >= self.total or now - self.last_line >= LINE_EVERY_S:
-            self.last_line = now
-            print(self.line(postfix, now), file=self.stream, flush=True)
+            self._print(now)
+
+    def _print(self, now: float) -> None:
+        self.last_line, self.shown = now, self.done
+        print(self.line(self.postfix, now), file=self.stream, flush=True)
 
     def line(self, postfix: str, now: float) -> str:
         """``train: step 40/200 (0:34 in, ~2:16 left): reward ...``: the time since this process's first item began
@@ -65,7 +70,12 @@ class Progress:
         return f"{head}: {postfix}" if postfix else head
 
     def close(self) -> None:
+        """The end: off a terminal, a last line where items ended since the one before (a run stopped short of
+        ``total``, by a signal or a time budget)."""
+        lines = self.bar.disable  # read before close(), which disables the bar
         self.bar.close()
+        if lines and self.done > self.shown:
+            self._print(self.clock())
 
 
 def _clock(seconds: float) -> str:
