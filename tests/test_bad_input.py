@@ -608,6 +608,30 @@ COMMANDS = [
     ),
     ("eval_no_dataset", lambda t: ["eval", "builtin:arith-tiny"], 2, "--dataset", USAGE),
     (
+        "eval_response_past_the_model",  # vLLM refused the engine's max_model_len: a 52-line traceback
+        lambda t: ["eval", "builtin:arith-tiny", "--dataset", "arith", "--max-tokens", "100000"],
+        2,
+        "bad input: --max-tokens (100000) and the longest prompt (",
+        1,
+    ),
+    (
+        "eval_recipe_response_past_the_model",
+        lambda t: (
+            ["eval", "builtin:arith-tiny", "--dataset", "arith", "--recipe", "math_qwen2.5-1.5b"]
+            + ["--set", "data.chat=false", "--set", "data.system_prompt=null"]
+        ),
+        2,
+        "the recipe's rollout.max_tokens (2048) and the longest prompt (",
+        1,
+    ),
+    (
+        "eval_chat_recipe_model_without_template",  # a traceback from apply_chat_template before
+        lambda t: ["eval", "builtin:arith-tiny", "--dataset", "arith", "--recipe", "math_qwen2.5-1.5b"],
+        2,
+        "bad input: model 'builtin:arith-tiny' has no chat template, but data.chat is set; set data.chat=false",
+        1,
+    ),
+    (
         "rollout_zero_prompts",
         lambda t: ["bench", "rollout", "--prompts", "0"],
         2,

@@ -10,7 +10,7 @@ from rl.cli.common import recipe_path
 from rl.config import load_config
 from rl.data.arith import make_split
 from rl.evaluation.held_out import ProblemRecord, k_values, pass_at_k, summarize
-from rl.evaluation.offline import EvalSettings, recipe_for_dataset, resolve_eval_model, run_eval
+from rl.evaluation.offline import EvalSettings, engine_spec, recipe_for_dataset, resolve_eval_model, run_eval
 from rl.output.console import eval_line
 from rl.rewards.math import arith_exact, arith_steps
 
@@ -91,6 +91,15 @@ def test_resolve_eval_model(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="neither"):
         resolve_eval_model(str(tmp_path))
     assert resolve_eval_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"  # hub names pass
+
+
+def test_an_engine_for_a_recipe_made_for_a_larger_model_fits_the_model():
+    """A recipe's rollout.max_model_len beyond the model's positions is cut to them; never below what is needed."""
+    cfg = load_config(recipe_path("math_qwen2.5-1.5b"))
+    assert cfg.rollout.max_model_len > 256
+    assert engine_spec(cfg, "m", 40, positions=256).max_model_len == 256
+    assert engine_spec(cfg, "m", 40, positions=None).max_model_len == cfg.rollout.max_model_len
+    assert engine_spec(cfg, "m", cfg.rollout.max_model_len + 8).max_model_len == cfg.rollout.max_model_len + 8
 
 
 def test_every_default_recipe_exists():

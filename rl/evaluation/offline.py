@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,15 @@ from rl.config import DataConfig, RunConfig
 from rl.data.source import dataset_rows, train_and_held_out
 from rl.evaluation.held_out import ProblemRecord, sample_and_score, summarize
 from rl.inputs.memory_plan import check_cpu_kv_cache
-from rl.inputs.preflight import BadInput, check_local_cores, check_model_path, load_rewards, prompt_encoder
+from rl.inputs.preflight import (
+    BadInput,
+    check_chat_template,
+    check_local_cores,
+    check_model_path,
+    load_rewards,
+    model_positions,
+    prompt_encoder,
+)
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.checkpoint import complete_checkpoints
 from rl.models import BUILTIN_PREFIX
@@ -57,11 +66,14 @@ def resolve_eval_model(name: str) -> str:
 
 @dataclass
 class EvalInputs:
-    """What ``eval_inputs`` checked and loaded: the model directory, its prompt encoder, the split's rows."""
+    """What ``eval_inputs`` checked and loaded: the model directory, its prompt encoder, the split's rows, the
+    longest of their prompts in tokens and the model's positions (None where unknown)."""
 
     model_dir: str
     encoder: PromptEncoder
     rows: list[PromptRow]
+    longest_prompt: int
+    positions: int | None
 
 
 def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
@@ -85,7 +97,18 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
 
     if not torch.cuda.is_available():  # the engine runs on this machine's CPU, its KV cache rollout.kv_cache_bytes
         check_cpu_kv_cache(cfg, model_dir)
-    return EvalInputs(model_dir, prompt_encoder(model_dir, settings.model, "model"), rows)
+    encoder = prompt_encoder(model_dir, settings.model, "model")
+    check_chat_template(encoder, cfg, rows, f"model {settings.model!r}")
+    longest = max(len(prompt_ids(cfg, encoder)(r)) for r in rows)
+    max_tokens = settings.max_tokens or cfg.rollout.max_tokens
+    positions = check_response_room(model_dir, longest, max_tokens, settings.max_tokens is not None)
+    return EvalInputs(model_dir, encoder, rows, longest, positions)
+
+
+def prompt_ids(cfg: RunConfig, encoder: PromptEncoder) -> Callable[[PromptRow], list[int]]:
+    """A row's prompt tokens as the engine gets them: with tools, the episode's first prompt (their schemas in)."""
+    tools = ToolSettings.of(cfg.rollout)
+    return tools.build(encoder.tokenizer).prompt if tools else lambda row: encoder.encode(row.prompt)
 
 
 def same_source(a: str, b: str) -> bool:
@@ -168,14 +191,12 @@ async def eval_report(
         temperature = cfg.eval.temperature if settings.samples == 1 else cfg.rollout.temperature
     sampling = SamplingSpec(max_tokens, temperature)
     tools = ToolSettings.of(cfg.rollout)  # with tools, every sample is an episode whose calls run
-    prompt_ids = tools.build(encoder.tokenizer).prompt if tools else lambda row: encoder.encode(row.prompt)
-    longest_prompt = max(len(prompt_ids(r)) for r in rows)
     t0 = time.monotonic()
     own = None
     if workers is None:
         from rl.rollout.local_worker import LocalRolloutWorker
 
-        spec = engine_spec(cfg, model_dir, longest_prompt + max_tokens)
+        spec = engine_spec(cfg, model_dir, checked.longest_prompt + max_tokens, checked.positions)
         log.info("starting the engine on %s", model_dir)
         own = await LocalRolloutWorker.start(spec, settings.cpu_threads_bind)
         workers = [own]
@@ -219,16 +240,31 @@ async def eval_report(
     return EvalReport(resolved, summarize(records), records)
 
 
-def engine_spec(cfg: RunConfig, model_dir: str, needed_len: int) -> EngineSpec:
-    """The recipe's rollout engine for ``model_dir``, its context at least ``needed_len`` tokens."""
+def engine_spec(cfg: RunConfig, model_dir: str, needed_len: int, positions: int | None = None) -> EngineSpec:
+    """The recipe's rollout engine for ``model_dir``, its context at least ``needed_len`` tokens; the recipe's
+    ``rollout.max_model_len`` cut to the model's ``positions`` where known (a recipe made for a larger model)."""
     r = cfg.rollout
     return EngineSpec(
         model=model_dir,
         dtype=cfg.model.dtype,
-        max_model_len=max(r.max_model_len, needed_len),
+        max_model_len=max(min(r.max_model_len, positions or r.max_model_len), needed_len),
         kv_cache_bytes=r.kv_cache_bytes,
         gpu_memory_utilization=r.gpu_memory_utilization,
         enforce_eager=r.enforce_eager,
         seed=r.seed,
         max_num_seqs=r.max_num_seqs,
     )
+
+
+def check_response_room(model_dir: str, longest_prompt: int, max_tokens: int, asked: bool) -> int | None:
+    """The model's positions (``model_positions``), where the longest prompt and ``max_tokens`` fit in them; a
+    ``BadInput`` naming ``--max-tokens`` (``asked``) or the recipe's ``rollout.max_tokens`` where they do not."""
+    positions = model_positions(model_dir)
+    if positions is not None and longest_prompt + max_tokens > positions:
+        name = "--max-tokens" if asked else "the recipe's rollout.max_tokens"
+        raise BadInput(
+            f"{name} ({max_tokens}) and the longest prompt ({longest_prompt} tokens) need "
+            f"{longest_prompt + max_tokens} positions, more than the model's {positions} (its config.json); give "
+            f"--max-tokens {positions - longest_prompt} or less"
+        )
+    return positions

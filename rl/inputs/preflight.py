@@ -64,7 +64,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
     functions = load_rewards(cfg)
     encoder = prompt_encoder(model_dir, cfg.model.path)
     _check_context_length(model_dir, cfg.rollout.max_model_len)
-    _check_chat_template(encoder, cfg, train)
+    check_chat_template(encoder, cfg, train, f"model.path {cfg.model.path!r}")
     extra_columns = check_tools(cfg, encoder, train)
     train = fitting_rows(train, encoder, cfg.rollout, "training")
     test = fitting_rows(test, encoder, cfg.rollout, "held-out")
@@ -296,24 +296,30 @@ POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_l
 
 
 def _check_context_length(model_dir: str, max_model_len: int) -> None:
-    """``rollout.max_model_len`` within the positions the model's config gives (as vLLM reads them); a model that
-    scales RoPE, or whose config does not load here, is left to the engine."""
+    """``rollout.max_model_len`` within the positions the model's config gives (``model_positions``)."""
+    positions = model_positions(model_dir)
+    if positions is not None and max_model_len > positions:
+        raise BadInput(
+            f"rollout.max_model_len ({max_model_len}) is more than the model's {positions} positions (its "
+            f"config.json); set rollout.max_model_len to at most {positions}, with rollout.max_tokens below it"
+        )
+
+
+def model_positions(model_dir: str) -> int | None:
+    """The longest context the model's config allows, as vLLM reads it; None for a model that scales RoPE or whose
+    config does not load here (left to the engine)."""
     try:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(model_dir)
         text = config.get_text_config()
     except Exception:
-        return
+        return None
     rope = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
     if rope.get("rope_type", rope.get("type", "default")) != "default":
-        return
+        return None
     positions = [value for key in POSITION_KEYS if isinstance(value := getattr(text, key, None), int)]
-    if positions and max_model_len > min(positions):
-        raise BadInput(
-            f"rollout.max_model_len ({max_model_len}) is more than the model's {min(positions)} positions (its "
-            f"config.json); set rollout.max_model_len to at most {min(positions)}, with rollout.max_tokens below it"
-        )
+    return min(positions) if positions else None
 
 
 def split_rows(cfg: DataConfig) -> tuple[list[PromptRow], list[PromptRow]]:
@@ -343,10 +349,12 @@ def _check_column_names(cfg: RunConfig, rows: list[PromptRow]) -> None:
         )
 
 
-def _check_chat_template(encoder: PromptEncoder, cfg: RunConfig, rows: list[PromptRow]) -> None:
+def check_chat_template(encoder: PromptEncoder, cfg: RunConfig, rows: list[PromptRow], model: str) -> None:
+    """Chat prompts (``data.chat``, or rows of messages) need a chat template; ``model`` names the model's setting
+    and value for the message (``model.path 'NAME'``)."""
     if getattr(encoder.tokenizer, "chat_template", None):
         return
-    where = f"model.path {cfg.model.path!r} has no chat template"
+    where = f"{model} has no chat template"
     if cfg.data.chat:
         raise BadInput(f"{where}, but data.chat is set; set data.chat=false or use a model with a chat template")
     if any(isinstance(r.prompt, list) for r in rows):
