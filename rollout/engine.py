@@ -136,8 +136,31 @@ class InferenceEngine(Protocol):
         """Stop the engine and its processes."""
 
 
+class EngineStartError(RuntimeError):
+    """An engine that did not start (a model vLLM does not serve, too little memory, ...): the message is the error's
+    type and reason on one line (``error_reason``), the error itself the cause. Unlike some of vLLM's errors, it
+    pickles, so Ray hands it to the driver as it is."""
+
+
+def error_reason(error: BaseException, limit: int = 200) -> str:
+    """``Type: message`` on one line, cut at ``limit`` characters (vLLM lists every architecture it supports); for a
+    pydantic ``ValidationError`` (vLLM's configs) the failed checks' messages."""
+    from pydantic_core import ValidationError
+
+    if isinstance(error, ValidationError):
+        message = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
+    else:
+        message = str(error)
+    text = f"{type(error).__name__}: {' '.join(message.split())}"
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
+
+
 def start_engine(spec: EngineSpec) -> InferenceEngine:
-    """Build the engine ``spec`` describes (vLLM: the only one so far); ``await engine.start()`` before use."""
+    """Build the engine ``spec`` describes (vLLM: the only one so far); ``await engine.start()`` before use. Raises
+    ``EngineStartError`` where it cannot be built."""
     from rl.rollout.vllm_adapter import VllmEngine
 
-    return VllmEngine(spec)
+    try:
+        return VllmEngine(spec)
+    except Exception as e:
+        raise EngineStartError(error_reason(e)) from e

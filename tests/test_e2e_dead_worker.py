@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import ray
-from rl.rollout.engine import SamplingSpec
+from rl.rollout.engine import SamplingSpec, error_reason
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.trainer.engine import TrainerSpec
@@ -218,3 +218,21 @@ def test_an_actor_whose_constructor_raised_is_named_with_its_error(ray_session, 
     raised = "ValueError: No available memory for the cache blocks."
     assert did_not_start(e.value, tmp_path) == f"_RefusesToStart did not start: {raised} (its traceback: {tmp_path})"
     assert did_not_start(ray.exceptions.RayActorError(), tmp_path) is None  # died otherwise: not this
+
+    class _EngineRefused:  # as a rollout worker whose engine vLLM refused: the engine's own error, not the wrapper's
+        def __init__(self) -> None:
+            from rl.rollout.engine import EngineStartError
+
+            try:
+                raise ValueError("Model architectures ['FooForCausalLM'] are not supported for now.")
+            except ValueError as e:
+                raise EngineStartError(error_reason(e)) from e
+
+        def stats(self) -> dict:
+            return {}
+
+    actor = ray_session.remote(num_cpus=0)(_EngineRefused).remote()
+    with pytest.raises(ray.exceptions.RayActorError) as e:
+        ray_session.get(actor.stats.remote(), timeout=120)
+    raised = "ValueError: Model architectures ['FooForCausalLM'] are not supported for now."
+    assert did_not_start(e.value, tmp_path) == f"_EngineRefused did not start: {raised} (its traceback: {tmp_path})"

@@ -169,3 +169,28 @@ def test_the_vllm_026_ipc_sender_drives_start_each_buffer_then_finish():
     updates = [c[1] for c in calls if c[0] == "update_weights"]
     assert [u["names"] for u in updates] == [["weight"], ["bias"]] and all(u["packed"] for u in updates)
     assert [pickle.loads(base64.b64decode(u["ipc_handles_pickled"])) for u in updates] == [{"gpu": 0}, {"gpu": 1}]
+
+
+def test_an_engine_error_is_said_on_one_line_its_checks_named_and_cut_short():
+    """``error_reason``: vLLM's configs fail as pydantic errors whose first line names only the class; the reason is
+    in the failed checks, and vLLM's list of every supported architecture is cut."""
+    from pydantic import BaseModel, field_validator
+    from rl.rollout.engine import error_reason
+
+    class ModelConfig(BaseModel):
+        architecture: str
+
+        @field_validator("architecture")
+        @classmethod
+        def served(cls, value: str) -> str:
+            raise ValueError(f"Model architectures [{value!r}] are not supported for now. Supported: {'A, ' * 200}")
+
+    try:
+        ModelConfig(architecture="FooForCausalLM")
+    except Exception as e:
+        reason = error_reason(e)
+    assert reason.startswith("ValidationError: Model architectures ['FooForCausalLM'] are not supported for now.")
+    assert len(reason) == 200 and reason.endswith(" ...")
+    assert error_reason(ValueError("No available memory\n  for the cache blocks.")) == (
+        "ValueError: No available memory for the cache blocks."
+    )

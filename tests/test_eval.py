@@ -102,6 +102,25 @@ def test_an_engine_for_a_recipe_made_for_a_larger_model_fits_the_model():
     assert engine_spec(cfg, "m", cfg.rollout.max_model_len + 8).max_model_len == cfg.rollout.max_model_len + 8
 
 
+def test_an_engine_vllm_refuses_stops_rl_eval_in_one_line(tiny_model_dir, tmp_path, capsys):
+    """A model whose architecture vLLM does not serve: one line with vLLM's reason (a 52-line traceback before);
+    the traceback is kept (on stderr here: pytest's capture leaves nothing routed into a log file)."""
+    import shutil
+
+    from rl.cli.main import main
+
+    model = tmp_path / "foo"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "architectures": ["FooForCausalLM"]}))
+    assert main(["eval", str(model), "--dataset", "arith", "--limit", "2"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(
+        "the engine did not start: ValidationError: Model architectures ['FooForCausalLM'] are not supported"
+    )
+    assert err[-1].endswith(" ... (its traceback: above)") and err[0] == "Traceback (most recent call last):"
+
+
 def test_every_default_recipe_exists():
     for dataset in ("arith", "gsm8k", "math500", "some/local.jsonl"):
         assert recipe_path(recipe_for_dataset(dataset)).exists()

@@ -309,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     start_logging(verbose=getattr(args, "verbose", False))
     from rl.inputs.preflight import BadInput
+    from rl.rollout.engine import EngineStartError
 
     try:
         return args.func(args)
@@ -316,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
         # variant's own override, found when that variant starts)
         print(f"bad input: {e}", file=sys.stderr)
         return 2
+    except EngineStartError as e:  # an engine in this process (rl eval, rl bench rollout); rl train's are actors
+        from rl.output.console import keep_traceback
+
+        print(f"the engine did not start: {e} (its traceback: {keep_traceback(e)})", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # Ctrl-C where no stop handler is in place (checks, a bench between runs)
         print("interrupted", file=sys.stderr)
         return 128 + signal.SIGINT

@@ -72,10 +72,12 @@ def did_not_start(error: RayActorError, log_dir: Path) -> str | None:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     raised = [line for line in lines if _RAISED.match(line)] or lines  # "ValueError: ...", not its message's tail
     log = log_dir / f"worker-{actor.group(2)}.log"
-    return f"{actor.group(1)} did not start: {raised[-1]} (its traceback: {log if log.exists() else log_dir})"
+    reason = _ENGINE_START_ERROR.sub("", raised[-1])  # the engine's own error, as EngineStartError says it
+    return f"{actor.group(1)} did not start: {reason} (its traceback: {log if log.exists() else log_dir})"
 
 
 _RAISED = re.compile(r"^[\w.]+(Error|Exception)\b.*: ")  # a traceback's last line: the exception and its message
+_ENGINE_START_ERROR = re.compile(r"^[\w.]*\bEngineStartError: ")
 
 
 class RunFailed(Exception):

@@ -19,6 +19,7 @@ import re
 import select
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 from tqdm import tqdm
@@ -206,6 +207,19 @@ def routed() -> bool:
 def log_dir() -> Path | None:
     """Where this process routes engine output (None when it does not)."""
     return _state.get("log_dir")  # type: ignore[return-value]
+
+
+def keep_traceback(error: BaseException) -> str:
+    """Write ``error``'s traceback where this process's engine output goes (``log_dir/main.log``; stderr when not
+    routing) and say where: for a one-line message that points at it."""
+    text = "".join(traceback.format_exception(error))
+    directory = log_dir()
+    if directory is None:
+        print(text, file=sys.stderr, end="")
+        return "above"
+    with (directory / "main.log").open("a") as log:
+        log.write(text)
+    return str(directory / "main.log")
 
 
 def filter_handlers(logger: logging.Logger) -> None:
