@@ -181,7 +181,11 @@ def test_rl_train_console_is_short_and_ends_with_a_summary(user_train_run):
     assert progress == ["train: step 1/2", "train: step 2/2"], text  # the first step and the last
     assert "held-out accuracy:" in text and "rollout engines up in" in text and "s/step" in text
     run_dir = user_train_run.run_dir
-    assert '"steps": 2' in (run_dir / "summary.json").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2
+    import torch  # what the run ran on, for a bug report: the versions as the packages themselves say them
+
+    assert summary["versions"]["torch"] == torch.__version__ and summary["versions"]["vllm"].count(".") >= 2
     synced = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("weight_sync_s", 0) > 0 for r in synced)  # weight syncs ran, yet no load warning was shown
     assert sum(p.stat().st_size for p in (run_dir / "logs").glob("*.log")) > 0  # engine chatter went to the files

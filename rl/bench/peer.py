@@ -43,6 +43,7 @@ from matplotlib.figure import Figure
 from rl.bench.train import TrainVariant, run_train_bench, variant_configs
 from rl.config import load_config
 from rl.models import resolve_model
+from rl.output.provenance import stack_versions
 from rl.output.report import fmt, load_run
 
 if TYPE_CHECKING:
@@ -368,6 +369,7 @@ def write(
         "systems": systems,
         "results": results,
         "trl_standalone": alone,
+        "versions": stack_versions(),
     }
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     (opts.out_dir / "bench_peer.json").write_text(json.dumps(summary, indent=1))

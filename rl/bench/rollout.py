@@ -46,6 +46,7 @@ from rl.config import RolloutConfig, RunConfig, ShapingConfig, apply_overrides, 
 from rl.data.source import dataset_rows
 from rl.inputs.prompting import PromptEncoder
 from rl.output.progress import Progress
+from rl.output.provenance import describe_device, stack_versions
 from rl.rewards.loading import RewardSpec, load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.cpu_cores import local_cores
@@ -519,7 +520,8 @@ async def run_rollout_bench_async(cfg: RolloutBenchConfig, engine: InferenceEngi
     about = {
         "config": cfg.model_dump(mode="json"),
         "model_dir": bench.model_dir,
-        "device": "cpu" if is_cpu_platform() else "gpu",
+        "device": describe_device(is_cpu_platform()),
+        "versions": stack_versions(),
         "engine": {
             name: getattr(engine.spec, name)
             for name in ("max_model_len", "kv_cache_bytes", "max_num_seqs", "stream_interval", "enforce_eager")

@@ -20,6 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from rl.config import RunConfig, load_config
+from rl.output.provenance import stack_versions
 from rl.output.report import fmt, load_run, mean, series
 
 if TYPE_CHECKING:
@@ -176,7 +177,8 @@ def run_train_bench(
         results.append(variant_result(variant, cfg, summary))
     table = markdown(results)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench_train.json").write_text(json.dumps({"recipe": str(recipe), "results": results}, indent=2))
+    about = {"recipe": str(recipe), "results": results, "versions": stack_versions()}
+    (out_dir / "bench_train.json").write_text(json.dumps(about, indent=2))
     (out_dir / "bench_train.md").write_text(f"# rl bench train: {recipe.name}\n\n{table}\n")
     plot_curves(results, out_dir / "bench_train.png")
     return results, table

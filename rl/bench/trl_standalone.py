@@ -18,7 +18,6 @@ import logging
 import os
 import sys
 import tempfile
-from importlib.metadata import version
 from pathlib import Path
 
 
@@ -55,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from rl.bench.trl_peer import PeerBudget, train_trl
     from rl.cli.common import recipe_path
     from rl.config import load_config
+    from rl.output.provenance import stack_versions
 
     cfg = load_config(recipe_path(args.recipe), args.overrides)
     seed = cfg.seed if args.seed is None else args.seed
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         run = train_trl(cfg, seed, budget, Path(trl_dir), args.vllm, args.snapshots)
     report = {
         "command": ["python", "-m", "rl.bench.trl_standalone", *argv],
-        "versions": {name: version(name) for name in ("trl", "transformers", "torch")},
+        "versions": stack_versions(),
         **run.to_json(),
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -214,8 +214,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}; {self.prog} -h lists the options\n")
 
 
+class _Version(argparse.Action):
+    """``rl --version``: read from the installed packages only when asked (~50 ms)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+        from rl.output.provenance import version_line
+
+        print(version_line())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rl", description="Tailor: asynchronous RL post-training")
+    parser.add_argument("--version", action=_Version, help="Tailor's version and its stack's (vLLM, torch, Ray, ...)")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train with a recipe, or continue a run (--resume RUN_DIR)")
     train.add_argument("recipe", nargs="?", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")

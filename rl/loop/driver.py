@@ -41,6 +41,7 @@ from rl.output.completions import completion_rows
 from rl.output.console import eval_line, step_postfix
 from rl.output.metrics import MetricsLogger, summarize_groups
 from rl.output.progress import Progress
+from rl.output.provenance import stack_versions
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
@@ -300,6 +301,7 @@ class Driver:
             checkpoint=str(saved) if saved else None,
             engine_startup_s=startup_s,
             buffer=buffer,
+            versions=stack_versions(),
         )
 
     async def continuous_rollouts(self) -> None:
