@@ -153,9 +153,9 @@ CASES = [
         "on row data-0: a reward function must return a list of numbers, got dict",
     ),
     (
-        "reward_wrong_length",
-        lambda t: _bad_reward(t, "def r(completions, **kw):\n    return [1.0, 0.0]\n"),
-        "returned 2 values for 1 completion",
+        "reward_wrong_length",  # one value whatever it is given: found at the first step before (groups of 8)
+        lambda t: _bad_reward(t, "def r(completions, **kw):\n    return [1.0]\n"),
+        "returned 1 value(s) for 2 completions; return one value per completion",
     ),
     (
         "reward_raises",

@@ -483,12 +483,16 @@ def check_reward(
     state: RewardState,
     extra_columns: dict[str, list[Any]] | None = None,
 ) -> float | None:
-    """Call the reward ``fn`` (``name`` as the recipe gives it), in this process, on ``row`` with its answer as the
-    completion and ``state`` as its ``trainer_state``; its value.
+    """Call the reward ``fn`` (``name`` as the recipe gives it), in this process, on a group of ``PREFLIGHT_GROUP``
+    samples of ``row``, each with its answer as the completion and ``state`` as the ``trainer_state``; its value for
+    the first. A group of more than one, as training calls it: a reward that returns one value whatever it is given
+    is found here, not at the first step.
 
     A reward that exits (``sys.exit``, or ``os._exit`` from the calling thread) is reported as one that raises."""
     sample = Sample(index=0, tokens=encoder.encode(row.answer), logprobs=[], versions=[], finish_reason="stop")
-    columns = PromptEncoder.columns([row], [sample]) | (extra_columns or {})  # with tools, ``environments``
+    n = PREFLIGHT_GROUP
+    columns = PromptEncoder.columns([row] * n, [sample] * n)
+    columns |= {k: v * n for k, v in (extra_columns or {}).items()}  # with tools, ``environments``: the row's one
     outcome: dict[str, Any] = {}
     call = threading.Thread(
         target=_call_into,
@@ -523,9 +527,14 @@ def check_reward(
         raise BadInput(f"{where}: {error} (a reward gets the keyword arguments {arguments})")
     if "bad_output" in outcome:
         raise BadInput(f"{where}: {outcome['bad_output']}")
-    if len(outcome["values"]) != 1:
-        raise BadInput(f"{where}: returned {len(outcome['values'])} values for 1 completion")
+    if len(outcome["values"]) != n:
+        raise BadInput(
+            f"{where}: returned {len(outcome['values'])} value(s) for {n} completions; return one value per completion"
+        )
     return outcome["values"][0]
+
+
+PREFLIGHT_GROUP = 2  # the samples of the preflight call
 
 
 _MISSING_ARGUMENTS = re.compile(r"^TypeError: \S+\(\) missing \d+ required (?:\S+ )?arguments?: (.+)$")
@@ -541,7 +550,8 @@ def _call_into(
     """Thread body: ``outcome["values"]``, or one line in ``outcome["error"]`` (the call raised),
     ``outcome["exited"]`` (it exited) or ``outcome["bad_output"]`` (it returned something other than numbers)."""
     try:
-        out = call_reward(fn, [row.prompt], [completion], columns, state, CallLog())
+        n = PREFLIGHT_GROUP
+        out = call_reward(fn, [row.prompt] * n, [completion] * n, columns, state, CallLog())
     except _Exited as e:
         outcome["exited"] = str(e.code)
         return
