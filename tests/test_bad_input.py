@@ -116,7 +116,7 @@ CASES = [
         "skipped {'missing_field': 100}; prompt field 'problem', answer field 'answer', the first row's columns "
         "['answer', 'question', 'topic']",
     ),
-    ("unsupported_file_type", lambda t: [*BASE, f"data.source={_file(t / 'd.csv', 'a,b')}"], "unsupported file"),
+    ("unsupported_file_type", lambda t: [*BASE, f"data.source={_file(t / 'd.xlsx', 'a,b')}"], "unsupported file"),
     (
         "non_utf8_data",
         lambda t: [*BASE, "data.source=" + str(_raw(t / "d.jsonl", NON_UTF8_LINE))],

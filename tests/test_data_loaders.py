@@ -158,6 +158,30 @@ def _dapo_like_table() -> pa.Table:
     )
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_a_spreadsheet_export_loads_with_its_columns_and_a_row_past_the_header_is_skipped(tmp_path, suffix):
+    """A header row, quoted cells holding the delimiter and line breaks, every value a string (as datasets' csv
+    loader gives them); a row with more cells than the header counts as malformed, one with fewer gets None."""
+    sep = "," if suffix == ".csv" else "\t"
+    lines = [
+        sep.join(["q", "a", "topic"]),
+        sep.join(['"What is 2+3, then?"', "5", "sums"]),
+        sep.join(['"Two\nlines"', "7", "lines"]),
+        sep.join(["Too many", "1", "x", "extra"]),
+        sep.join(["No topic", "9"]),
+    ]
+    path = tmp_path / f"d{suffix}"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = load_rows(str(path), prompt_field="q", answer_field="a")
+    assert [(r.prompt, r.answer) for r in result.rows] == [
+        ("What is 2+3, then?", "5"),
+        ("Two\nlines", "7"),
+        ("No topic", "9"),
+    ]
+    assert result.rows[0].columns == {"a": "5", "topic": "sums"} and result.rows[2].columns["topic"] is None
+    assert result.skipped == {"malformed_line": 1}
+
+
 def test_parquet_chat_list_prompt_and_dotted_answer(tmp_path):
     path = tmp_path / "dapo.parquet"
     pq.write_table(_dapo_like_table(), path)

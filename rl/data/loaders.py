@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import re
@@ -18,7 +20,8 @@ logger = logging.getLogger("rl.data")
 
 DEFAULT_PROMPT_FIELD = "question"
 DEFAULT_ANSWER_FIELD = "answer"
-DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
+DELIMITERS = {".csv": ",", ".tsv": "\t"}  # a spreadsheet's export: a header row, then one row per record
 _SPLIT_WORDS = {"train", "test", "validation", "valid", "dev", "eval"}
 
 
@@ -30,7 +33,7 @@ class LoadResult:
     skipped: dict[str, int] = field(default_factory=dict)
 
 
-MALFORMED = object()  # a JSON line that does not parse
+MALFORMED = object()  # a JSON line that does not parse, a CSV row with more cells than its header
 
 
 class _BadRow(ValueError):
@@ -60,7 +63,7 @@ def load_rows(
 ) -> LoadResult:
     """Load prompts from ``source`` and keep the first ``limit`` usable ones.
 
-    ``source`` is a ``.jsonl``/``.json``/``.parquet`` file, a folder written by ``save_to_disk`` or
+    ``source`` is a ``.jsonl``/``.json``/``.parquet``/``.csv``/``.tsv`` file, a folder written by ``save_to_disk`` or
     holding such files (``split`` picks a split of a saved ``DatasetDict`` or the files named after
     it), a name in ``DATASET_PRESETS`` (its values replace the arguments left at their defaults), or
     a hub dataset name. Fields may be dotted paths into nested columns (``reward_model.ground_truth``).
@@ -156,7 +159,7 @@ def _open(source: str, split: str, subset: str | None) -> tuple[Iterable[Any], s
 
 
 def _read_file(path: Path) -> Iterator[Any]:
-    """Records of one data file; an undecodable JSON line yields ``MALFORMED``."""
+    """Records of one data file; an undecodable JSON line or an overlong CSV row yields ``MALFORMED``."""
     if path.suffix == ".jsonl":
         yield from _read_json_lines(path)
     elif path.suffix == ".json":
@@ -174,6 +177,10 @@ def _read_file(path: Path) -> Iterator[Any]:
 
         for batch in pq.ParquetFile(path).iter_batches():
             yield from batch.to_pylist()
+    elif path.suffix in DELIMITERS:  # every value a string, as datasets' csv loader gives it without a schema
+        rows = csv.DictReader(io.StringIO(_utf8_text(path), newline=""), delimiter=DELIMITERS[path.suffix])
+        for row in rows:  # a row with more cells than the header has them under the key None
+            yield MALFORMED if None in row else row
     else:
         raise ValueError(f"{path}: unsupported file type (expected one of {', '.join(DATA_SUFFIXES)})")
 
