@@ -138,14 +138,16 @@ def test_peer_only_refuses_equal_time_before_anything_runs(capsys):
 
 
 @pytest.mark.integration(seconds=85)
-def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path):
+def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path, capsys):
     variant = "sync:train.max_staleness=0,train.sync_every=1"
     argv = ["bench", "peer", "arith_tiny", *SMALL, "--seeds", "0", "--steps", "2", "--points", "2"]
     t0 = time.monotonic()
     assert main([*argv, "--variant", variant, "--out", str(tmp_path)]) == 0
     wall_s = time.monotonic() - t0  # this test's clock, around both systems' whole runs
+    assert capsys.readouterr().out.count("data: ") == 1  # the one Tailor run's; the check before it says nothing
 
     saved = json.loads((tmp_path / "bench_peer.json").read_text())
+    assert saved["versions"]["trl"] and saved["versions"]["tailor-rl"]
     assert [s["system"] for s in saved["systems"]] == ["tailor-sync", "trl"]
     for r in saved["results"]:
         points = r["points"]

@@ -197,7 +197,7 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     recipe, variants = checked
-    preflight(load_config(recipe, common))  # the recipe's inputs with the command's overrides, before any variant
+    preflight(load_config(recipe, common), say=False)  # the recipe's inputs with the command's overrides, first
     check_output_dir(args.out, f"--out {str(args.out)!r}")
     route_output(args, args.out / "logs")
     _, table = run_train_bench(recipe, variants, common, args.out)
@@ -238,7 +238,7 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     if checked is None:
         return 2
     recipe, opts = checked
-    preflight(load_config(recipe, opts.overrides))  # the recipe's inputs with the command's overrides, before any run
+    preflight(load_config(recipe, opts.overrides), say=False)  # the recipe's inputs, before any run
     check_output_dir(opts.out_dir, f"--out {str(opts.out_dir)!r}")
     route_output(args, opts.out_dir / "logs")
     _, table = run_peer_bench(recipe, opts)

@@ -49,10 +49,11 @@ class RunInputs:
     test_rows: list[PromptRow]
 
 
-def preflight(cfg: RunConfig) -> RunInputs:
+def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
     """Check the model, data and rewards of ``cfg``; raises ``BadInput`` with one line for the first problem. What
     needs neither torch nor the tokenizer (files, data rows, reward imports) is checked first: a mistyped path is
-    reported in about a second, not after the seconds transformers takes to import."""
+    reported in about a second, not after the seconds transformers takes to import. ``say``: print the data line
+    (and a reward warning); a bench that checks its recipe before runs that check it again says it once."""
     if cfg.ray.address is None:  # a local Ray: the rollout workers run on this machine's cores and GPUs
         for bind in cfg.rollout.cpu_threads_bind or []:
             check_local_cores(bind, "rollout.cpu_threads_bind")
@@ -87,7 +88,7 @@ def preflight(cfg: RunConfig) -> RunInputs:
     values = [
         check_reward(name, fn, train[0], encoder, cfg.reward.timeout_s, state, extra_columns) for name, fn in functions
     ]
-    if len(values) == len(cfg.reward.functions) and all(v is None for v in values):
+    if say and len(values) == len(cfg.reward.functions) and all(v is None for v in values):
         print(
             f"warning: every reward function returned None for row {train[0].prompt_id} (its answer as the "
             f"completion), so the run would train on zero rewards; return a float for every sample (0.0 for a wrong "
@@ -95,7 +96,8 @@ def preflight(cfg: RunConfig) -> RunInputs:
             file=sys.stderr,
             flush=True,
         )
-    print(f"data: {len(train)} training rows, {len(test)} held-out rows", flush=True)
+    if say:
+        print(f"data: {len(train)} training rows, {len(test)} held-out rows", flush=True)
     return RunInputs(model_dir, encoder, train, test)
 
 
