@@ -203,36 +203,31 @@ def test_a_dead_trainer_stops_the_run_with_one_line(rollout_worker, tiny_model_d
 
 def test_an_actor_whose_constructor_raised_is_named_with_its_error(ray_session, tmp_path):
     """What a run says when an actor does not start (an engine vLLM refused): the actor, the error's last line and
-    where the traceback is, from Ray's real error, not a dead process with no reason."""
+    where the traceback is, from Ray's real error, not a dead process with no reason; for a rollout worker's
+    ``EngineStartError``, the engine's own error, not the wrapper's name."""
 
     class _RefusesToStart:  # defined here: Ray sends it by value (the actor's process cannot import this file)
-        def __init__(self) -> None:
-            raise ValueError("No available memory for the cache blocks.\nTry increasing it")
-
-        def stats(self) -> dict:
-            return {}
-
-    actor = ray_session.remote(num_cpus=0)(_RefusesToStart).remote()
-    with pytest.raises(ray.exceptions.RayActorError) as e:
-        ray_session.get(actor.stats.remote(), timeout=120)
-    raised = "ValueError: No available memory for the cache blocks."
-    assert did_not_start(e.value, tmp_path) == f"_RefusesToStart did not start: {raised} (its traceback: {tmp_path})"
-    assert did_not_start(ray.exceptions.RayActorError(), tmp_path) is None  # died otherwise: not this
-
-    class _EngineRefused:  # as a rollout worker whose engine vLLM refused: the engine's own error, not the wrapper's
-        def __init__(self) -> None:
+        def __init__(self, message: str, as_engine: bool) -> None:
             from rl.rollout.engine import EngineStartError
 
             try:
-                raise ValueError("Model architectures ['FooForCausalLM'] are not supported for now.")
+                raise ValueError(message)
             except ValueError as e:
-                raise EngineStartError(error_reason(e)) from e
+                if as_engine:
+                    raise EngineStartError(error_reason(e)) from e
+                raise
 
         def stats(self) -> dict:
             return {}
 
-    actor = ray_session.remote(num_cpus=0)(_EngineRefused).remote()
-    with pytest.raises(ray.exceptions.RayActorError) as e:
-        ray_session.get(actor.stats.remote(), timeout=120)
-    raised = "ValueError: Model architectures ['FooForCausalLM'] are not supported for now."
-    assert did_not_start(e.value, tmp_path) == f"_EngineRefused did not start: {raised} (its traceback: {tmp_path})"
+    for message, as_engine, raised in [
+        ("No available memory for the cache blocks.\nTry increasing it", False, "No available memory for the cache"),
+        ("Model architectures ['FooForCausalLM'] are not supported.", True, "Model architectures ['FooForCausalLM']"),
+    ]:
+        actor = ray_session.remote(num_cpus=0)(_RefusesToStart).remote(message, as_engine)
+        with pytest.raises(ray.exceptions.RayActorError) as e:
+            ray_session.get(actor.stats.remote(), timeout=120)
+        said = did_not_start(e.value, tmp_path)
+        assert said.startswith(f"_RefusesToStart did not start: ValueError: {raised}"), said
+        assert said.endswith(f". (its traceback: {tmp_path})"), said  # the message's first line only, then where
+    assert did_not_start(ray.exceptions.RayActorError(), tmp_path) is None  # died otherwise: not this
