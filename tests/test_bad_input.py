@@ -108,6 +108,16 @@ CASES = [
         "usable training rows, fewer than train.batch_groups (4); add rows or lower train.batch_groups",
     ),
     ("missing_data_file", lambda t: [*BASE, f"data.source={t / 'nope.jsonl'}"], "does not exist"),
+    (  # Ray retried it for ever, a C++ warning every 40 s (killed after 7 minutes)
+        "ray_address_nothing_answers",
+        lambda t: [*BASE, "ray.address=127.0.0.2:1"],
+        "bad input: ray.address '127.0.0.2:1': nothing answers there (Connection refused); start the cluster first",
+    ),
+    (  # Ray's ValueError traceback for a port that is no number
+        "ray_address_without_port",
+        lambda t: [*BASE, "ray.address=127.0.0.2"],
+        "ray.address '127.0.0.2': give auto (a cluster started on this machine) or the head's HOST:PORT",
+    ),
     ("missing_data_dir", lambda t: [*BASE, "data.source=./no/such/folder"], "does not exist"),
     ("no_usable_rows", lambda t: _data_case(t, [{"question": " ", "answer": "1"}] * 5), "no usable rows"),
     (
@@ -883,6 +893,26 @@ def test_ipc_weights_on_a_cluster_are_refused_before_ray(tmp_path, capsys, nothi
     err = capsys.readouterr().err.strip()
     cluster = "on a cluster use transport=nccl or cpu"
     assert err == f"bad input: weight_sync.transport=ipc shares one machine's one GPU; {cluster}"
+
+
+def test_auto_with_no_cluster_to_join_is_one_line(monkeypatch):
+    """``ray.address=auto`` where Ray finds no cluster: Ray raises ConnectionError (its traceback before); the run
+    says it in one line. (Faked: this test session runs a Ray instance that auto would find.)"""
+    import ray
+
+    from rl.config import load_config
+    from rl.inputs.preflight import BadInput
+    from rl.loop import actors
+    from rl.loop.actors import start_ray
+
+    def no_cluster(**_kwargs):
+        raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr(actors, "_token_auth_like_the_head", lambda: None)  # it may set this process's environment
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", no_cluster)
+    with pytest.raises(BadInput, match="^ray.address 'auto': no running Ray cluster found; start one first "):
+        start_ray(load_config(None, ["ray.address=auto"]))
 
 
 def test_engine_sleep_is_refused_where_it_cannot_lend_gpu_memory(tmp_path, capsys, nothing_starts):

@@ -59,6 +59,8 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
             check_local_cores(bind, "rollout.cpu_threads_bind")
     _check_weight_transport(cfg)
     _check_engine_sleep(cfg)
+    if cfg.ray.address is not None:
+        check_ray_address(cfg.ray.address)
     model_dir = check_model_path(cfg.model.path)
     train, test = split_rows(cfg.data)
     _check_column_names(cfg, train)
@@ -213,6 +215,33 @@ def safetensors_problem(file: Path) -> str | None:
     if 8 + length + end > size:
         return f"truncated: its tensors end at byte {8 + length + end}, the file has {size}"
     return None
+
+
+RAY_CONNECT_TIMEOUT_S = 5.0  # how long the head of a cluster given as ray.address may take to answer a connection
+START_RAY = "rl cluster up, or ray start --head on its head node"
+
+
+def check_ray_address(address: str) -> None:
+    """``ray.address`` is ``auto`` or a ``HOST:PORT`` (``ray://`` too) that answers a TCP connection: Ray itself
+    would retry a dead address for ever, warning every half minute. ``auto`` is left to Ray, which says at once when
+    it finds no cluster."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise BadInput(
+            f"ray.address {address!r}: give auto (a cluster started on this machine) or the head's HOST:PORT, as "
+            "rl cluster up or ray start --head prints it (e.g. 127.0.0.2:6379)"
+        )
+    import socket
+
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise BadInput(
+            f"ray.address {address!r}: nothing answers there ({e.strerror or e}); start the cluster first "
+            f"({START_RAY}) and give the address it prints"
+        ) from None
 
 
 def check_local_cores(bind: str, where: str) -> None:

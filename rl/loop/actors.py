@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.config import RunConfig
+from rl.inputs.preflight import START_RAY, BadInput
 from rl.loop import placement
 from rl.loop.buffer import TrajectoryBuffer
 from rl.loop.fleet import Fleet, RestartCounters, RolloutPool
@@ -49,7 +50,12 @@ def start_ray(cfg: RunConfig) -> bool:
     extra = {"runtime_env": routing} if routing else {}
     if cfg.ray.address:
         _token_auth_like_the_head()
-        ray.init(address=cfg.ray.address, log_to_driver=True, **extra)
+        try:
+            ray.init(address=cfg.ray.address, log_to_driver=True, **extra)
+        except ConnectionError:  # "auto" with no cluster on this machine, or one gone since preflight
+            raise BadInput(
+                f"ray.address {cfg.ray.address!r}: no running Ray cluster found; start one first ({START_RAY})"
+            ) from None
     else:
         _loopback_node()
         needed = cfg.rollout.num_workers + cfg.train.num_workers + int(cfg.shaping.scorer_worker)
