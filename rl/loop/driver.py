@@ -161,7 +161,10 @@ class Driver:
         r = cfg.reward
         self.rewards = RewardPool([(f.spec, f.weight) for f in r.functions], r.num_workers, r.timeout_s, r.on_failure)
         self.fleet_started = time.monotonic()
-        self.fleet = start_actors(cfg, self.model_dir, self.counters)
+        try:
+            self.fleet = start_actors(cfg, self.model_dir, self.counters)
+        except placement.NotPlaced as e:
+            raise RunFailed(str(e)) from None
         scorer, state, fail = self.fleet.scorer, self._reward_state, self._fail
         self.groups = GroupMaker(cfg, self.encoder, self.policy, self.rewards, scorer, self.counters, state, fail)
         sleeps = cfg.rollout.sleep_while_training  # the engines lend their GPU memory to each trainer step

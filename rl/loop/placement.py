@@ -68,23 +68,46 @@ def on_driver_node() -> dict[str, Any]:
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)}
 
 
+class NotPlaced(RuntimeError):
+    """The trainer ranks fit the cluster's nodes, but their room was not free within ``GROUP_READY_S``."""
+
+
 def trainer_group(resources: list[str | None], gpus: float) -> Any:
     """A placement group with one bundle per trainer rank (1 CPU, its GPUs, its node's resource), reserved; packed
-    on as few nodes as fit when no node is named."""
+    on as few nodes as fit when no node is named. ``BadInput`` where the nodes could never hold the ranks,
+    ``NotPlaced`` where they could but are busy."""
     import ray
     from ray.util.placement_group import placement_group
 
     bundles = [{"CPU": 1.0, **({"GPU": gpus} if gpus else {}), **({r: SLIVER} if r else {})} for r in resources]
+    check_capacity(resources, bundles, [n["Resources"] for n in ray.nodes() if n["Alive"]])
     group = placement_group(bundles, strategy="PACK")
     try:
         ray.get(group.ready(), timeout=GROUP_READY_S)
     except ray.exceptions.GetTimeoutError:
         ray.util.remove_placement_group(group)
-        raise RuntimeError(
-            f"the {len(bundles)} trainer ranks ({bundles}) could not be placed in {GROUP_READY_S:.0f} s: "
-            "`ray status` shows what the nodes have free"
+        raise NotPlaced(
+            f"the {len(bundles)} trainer ranks could not be placed in {GROUP_READY_S:.0f} s: other work holds the "
+            "CPUs or GPUs they need (`ray status` shows what the nodes have free)"
         ) from None
     return group
+
+
+def check_capacity(resources: list[str | None], bundles: list[dict[str, float]], nodes: list[dict[str, float]]) -> None:
+    """Raise ``BadInput`` where the ranks placed on one entry (``resources``, None: anywhere) need more CPUs or GPUs
+    than all live ``nodes`` holding it offer, idle or not: Ray would wait for them for ever."""
+    for where in dict.fromkeys(resources):
+        asked = [b for b, r in zip(bundles, resources, strict=True) if r == where]
+        holding = [n for n in nodes if where is None or where in n]
+        for kind in ("CPU", "GPU"):
+            need, have = sum(b.get(kind, 0.0) for b in asked), sum(n.get(kind, 0.0) for n in holding)
+            if need > have:
+                on = "the cluster's nodes" if where is None else f"the node(s) with {where.removeprefix('node:')}"
+                raise BadInput(
+                    f"{len(asked)} trainer rank(s) need {need:g} {kind}(s) on {on}, which offer {have:g} in all: give "
+                    f"placement.trainer_nodes more nodes, fewer train.num_workers, or start the nodes with more "
+                    f"(ray start --num-cpus / --num-gpus; rl cluster up --cpus)"
+                )
 
 
 def rank_options(group: Any, rank: int, resource: str | None) -> dict[str, Any]:
