@@ -51,18 +51,23 @@ def test_a_replacement_for_an_actor_on_a_lost_node_goes_anywhere():
     assert on_live_nodes(["node:127.0.0.3", "gpu_box", None], alive) == [None, "gpu_box", None]
 
 
-def test_ranks_no_node_could_ever_hold_are_refused_at_once_and_those_that_fit_are_not():
-    """Two 1-CPU ranks on a node started with 1 CPU waited 120 s for room that could never come, then stopped the run
-    with a traceback; now that is one line at once. Room that exists, even if busy now, is waited for."""
+def test_actors_no_node_could_ever_hold_are_refused_at_once_and_those_that_fit_are_not():
+    """Two 1-CPU trainer ranks on a node started with 1 CPU waited 120 s for room that could never come, then
+    stopped the run with a traceback; now that is one line at once, counting every actor placed there (and, for
+    the whole cluster, every actor). Room that exists, even if busy now, is waited for."""
     head = {"CPU": 1.0, "node:127.0.0.2": 1.0}
     worker = {"CPU": 1.0, "GPU": 1.0, "node:127.0.0.3": 1.0, "gpu_box": 1.0}
-    one_cpu = {"CPU": 1.0}
-    on_worker = ["node:127.0.0.3", "node:127.0.0.3"]
-    with pytest.raises(BadInput, match=r"^2 trainer rank\(s\) need 2 CPU\(s\) on the node\(s\) with 127.0.0.3, which"):
-        check_capacity(on_worker, [one_cpu, one_cpu], [head, worker])
-    check_capacity(["node:127.0.0.3", "node:127.0.0.2"], [one_cpu, one_cpu], [head, worker])  # one each: fits
-    check_capacity([None, None], [one_cpu, one_cpu], [head, worker])  # anywhere: 2 CPUs in all
-    with pytest.raises(BadInput, match=r"need 3 CPU\(s\) on the cluster's nodes, which offer 2 in all"):
-        check_capacity([None] * 3, [one_cpu] * 3, [head, worker])
-    with pytest.raises(BadInput, match=r"need 2 GPU\(s\) on the node\(s\) with gpu_box, which offer 1 in all"):
-        check_capacity(["gpu_box"] * 2, [{"CPU": 0.5, "GPU": 1.0}] * 2, [head, worker, {"CPU": 4.0}])
+    cpu = {"CPU": 1.0}
+    ranks_on_worker = [("trainer rank", "node:127.0.0.3", cpu)] * 2
+    worker_full = r"^the run needs 2 CPU\(s\) on the node\(s\) with 127.0.0.3 \(2 trainer ranks\), which offer 1"
+    with pytest.raises(BadInput, match=worker_full):
+        check_capacity(ranks_on_worker, [head, worker])
+    one_each = [("rollout engine", "node:127.0.0.2", cpu), ("trainer rank", "node:127.0.0.3", cpu)]
+    check_capacity(one_each, [head, worker])  # fits
+    check_capacity([("rollout engine", None, cpu), ("trainer rank", None, cpu)], [head, worker])  # 2 CPUs in all
+    three = [("rollout engine", None, cpu), ranks_on_worker[0], ("trainer rank", None, cpu)]
+    with pytest.raises(BadInput, match=r"3 CPU\(s\) on the cluster.s nodes \(1 rollout engine, 2 trainer ranks\)"):
+        check_capacity(three, [head, worker])
+    gpu = {"CPU": 0.5, "GPU": 1.0}
+    with pytest.raises(BadInput, match=r"needs 2 GPU\(s\) on the node\(s\) with gpu_box \(2 trainer ranks\), which"):
+        check_capacity([("trainer rank", "gpu_box", gpu)] * 2, [head, worker, {"CPU": 4.0}])

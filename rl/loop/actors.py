@@ -110,6 +110,7 @@ def start_fleet(cfg: RunConfig, model_dir: str, counters: RestartCounters) -> Fl
     import ray
 
     placement.check(cfg.placement, ray.cluster_resources())
+    placement.check_capacity(fleet_demands(cfg), [n["Resources"] for n in ray.nodes() if n["Alive"]])
     cfg = resolve_lora_sync(cfg)
     transport = cfg.weight_sync.transport
 
@@ -126,6 +127,20 @@ def start_fleet(cfg: RunConfig, model_dir: str, counters: RestartCounters) -> Fl
     trainers = start_trainers(cfg, model_dir)
     channel = make_weight_channel(transport, trainers, pool.live, cfg.rollout.partial_rollouts == "resubmit")
     return Fleet(pool, trainers, start_buffer(cfg), channel, scorer)
+
+
+def fleet_demands(cfg: RunConfig) -> list[placement.Demand]:
+    """What each of the run's actors that takes CPUs or GPUs asks Ray for, and where (``start_fleet``'s actors)."""
+    gpus = _gpus_per_actor(cfg)
+    each = {"CPU": 1.0, **({"GPU": gpus} if gpus else {})}
+    p = cfg.placement
+    demands: list[placement.Demand] = [
+        ("rollout engine", r, each) for r in placement.node_resources(p.rollout_nodes, cfg.rollout.num_workers)
+    ]
+    demands += [("trainer rank", r, each) for r in placement.node_resources(p.trainer_nodes, cfg.train.num_workers)]
+    if cfg.shaping.scorer_worker:
+        demands.append(("scorer", None, {"CPU": 1.0, "GPU": cfg.shaping.scorer_gpus}))
+    return demands
 
 
 def resolve_lora_sync(cfg: RunConfig) -> RunConfig:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections import Counter
 from typing import Any
 
 from rl.config import PlacementConfig
@@ -74,13 +75,12 @@ class NotPlaced(RuntimeError):
 
 def trainer_group(resources: list[str | None], gpus: float) -> Any:
     """A placement group with one bundle per trainer rank (1 CPU, its GPUs, its node's resource), reserved; packed
-    on as few nodes as fit when no node is named. ``BadInput`` where the nodes could never hold the ranks,
-    ``NotPlaced`` where they could but are busy."""
+    on as few nodes as fit when no node is named. ``NotPlaced`` where the nodes are busy (``check_capacity`` first
+    refuses ranks they could never hold)."""
     import ray
     from ray.util.placement_group import placement_group
 
     bundles = [{"CPU": 1.0, **({"GPU": gpus} if gpus else {}), **({r: SLIVER} if r else {})} for r in resources]
-    check_capacity(resources, bundles, [n["Resources"] for n in ray.nodes() if n["Alive"]])
     group = placement_group(bundles, strategy="PACK")
     try:
         ray.get(group.ready(), timeout=GROUP_READY_S)
@@ -93,20 +93,25 @@ def trainer_group(resources: list[str | None], gpus: float) -> Any:
     return group
 
 
-def check_capacity(resources: list[str | None], bundles: list[dict[str, float]], nodes: list[dict[str, float]]) -> None:
-    """Raise ``BadInput`` where the ranks placed on one entry (``resources``, None: anywhere) need more CPUs or GPUs
-    than all live ``nodes`` holding it offer, idle or not: Ray would wait for them for ever."""
-    for where in dict.fromkeys(resources):
-        asked = [b for b, r in zip(bundles, resources, strict=True) if r == where]
+Demand = tuple[str, str | None, dict[str, float]]  # an actor's kind, its placement entry's resource, its CPUs/GPUs
+
+
+def check_capacity(demands: list[Demand], nodes: list[dict[str, float]]) -> None:
+    """Raise ``BadInput`` where the actors placed on one entry (None: anywhere; the whole cluster for all of them)
+    need more CPUs or GPUs than all live ``nodes`` holding it offer, idle or not: Ray would wait for them for ever."""
+    entries = [e for e in dict.fromkeys(r for _, r, _ in demands) if e is not None]
+    for where in [*entries, None]:
+        asked = [(kind, need) for kind, r, need in demands if where is None or r == where]
         holding = [n for n in nodes if where is None or where in n]
-        for kind in ("CPU", "GPU"):
-            need, have = sum(b.get(kind, 0.0) for b in asked), sum(n.get(kind, 0.0) for n in holding)
+        for unit in ("CPU", "GPU"):
+            need, have = sum(b.get(unit, 0.0) for _, b in asked), sum(n.get(unit, 0.0) for n in holding)
             if need > have:
                 on = "the cluster's nodes" if where is None else f"the node(s) with {where.removeprefix('node:')}"
+                counts = ", ".join(f"{n} {kind}{'s'[: n > 1]}" for kind, n in Counter(k for k, _ in asked).items())
                 raise BadInput(
-                    f"{len(asked)} trainer rank(s) need {need:g} {kind}(s) on {on}, which offer {have:g} in all: give "
-                    f"placement.trainer_nodes more nodes, fewer train.num_workers, or start the nodes with more "
-                    f"(ray start --num-cpus / --num-gpus; rl cluster up --cpus)"
+                    f"the run needs {need:g} {unit}(s) on {on} ({counts}), which offer {have:g} in all: name more "
+                    "nodes in placement.*_nodes, start fewer workers, or start the nodes with more (ray start "
+                    "--num-cpus / --num-gpus; rl cluster up --cpus)"
                 )
 
 
