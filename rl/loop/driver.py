@@ -42,6 +42,7 @@ from rl.output.console import eval_line, step_postfix
 from rl.output.metrics import MetricsLogger, summarize_groups
 from rl.output.progress import Progress
 from rl.output.provenance import stack_versions
+from rl.output.wandb_sink import start_wandb
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
@@ -148,6 +149,7 @@ class Driver:
 
         cfg = self.cfg
         owns_ray, start_actors = False, self.start_actors
+        wandb = start_wandb(cfg, resume=self.resume is not None)  # first: a W&B that cannot start is one line
         self._take_stop_signals()
         if start_actors is None:
             owns_ray, start_actors = start_ray(cfg), start_fleet
@@ -175,8 +177,7 @@ class Driver:
             checkpoint.start_fresh(cfg.run_dir)
             checkpoint.save_config(cfg)
         resume_step = self.version if self.resume else None
-        config = cfg.model_dump(mode="json")
-        self.logger = MetricsLogger(cfg.run_dir, resume_step=resume_step, wandb=cfg.logging.wandb, config=config)
+        self.logger = MetricsLogger(cfg.run_dir, resume_step=resume_step, wandb=wandb)
         rollouts: asyncio.Task | None = None
         self.stall.waiting_for("the rollout engines and the trainers to start")
         state = functools.partial(rollout_state, self.fleet, self.admission, cfg.train.batch_groups)

@@ -21,7 +21,7 @@ log = logging.getLogger("rl.metrics")
 _EVENT_SECOND = re.compile(r"events\.out\.tfevents\.(\d+)\.")  # a TensorBoard event file's creation second
 
 if TYPE_CHECKING:
-    from rl.config import WandbConfig
+    from rl.output.wandb_sink import WandbSink
 
 
 def percentiles(values: list[float], prefix: str) -> dict[str, float]:
@@ -117,10 +117,9 @@ class MetricsLogger:
         run_dir: Path,
         tensorboard: bool = True,
         resume_step: int | None = None,
-        wandb: WandbConfig | None = None,
-        config: dict[str, Any] | None = None,
+        wandb: WandbSink | None = None,
     ) -> None:
-        """``wandb``: also log to Weights & Biases, with ``config`` (the run's) as the W&B run config."""
+        """``wandb``: a started W&B run (``WandbSink``) to log to as well."""
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "metrics.jsonl"
         kept = _records_through(self.path, resume_step) if resume_step is not None else []
@@ -140,11 +139,7 @@ class MetricsLogger:
             self._tb = SummaryWriter(str(run_dir / "tb"), purge_step=purge)
         self.write_error: str | None = None  # the first write that failed; later records are dropped
         self._t0 = time.monotonic() - max((r.get("time_s", 0.0) for r in kept), default=0.0)
-        self._wandb = None
-        if wandb is not None:
-            from rl.output.wandb_sink import WandbSink
-
-            self._wandb = WandbSink(wandb, run_dir, config or {}, resume=resume_step is not None)
+        self._wandb = wandb
 
     def elapsed(self) -> float:
         """Seconds on the run's clock (a resumed run's clock goes on from its checkpoint)."""
