@@ -71,3 +71,5 @@ def test_actors_no_node_could_ever_hold_are_refused_at_once_and_those_that_fit_a
     gpu = {"CPU": 0.5, "GPU": 1.0}
     with pytest.raises(BadInput, match=r"needs 2 GPU\(s\) on the node\(s\) with gpu_box \(2 trainer ranks\), which"):
         check_capacity([("trainer rank", "gpu_box", gpu)] * 2, [head, worker, {"CPU": 4.0}])
+    ninths = [("rollout engine", None, {"CPU": 1.0, "GPU": 1 / 9})] * 9  # one GPU shared nine ways: 1.0000000000000002
+    check_capacity(ninths, [{"CPU": 9.0, "GPU": 1.0}])

@@ -105,7 +105,7 @@ def check_capacity(demands: list[Demand], nodes: list[dict[str, float]]) -> None
         holding = [n for n in nodes if where is None or where in n]
         for unit in ("CPU", "GPU"):
             need, have = sum(b.get(unit, 0.0) for _, b in asked), sum(n.get(unit, 0.0) for n in holding)
-            if need > have:
+            if need > have + SLIVER / 10:  # shares of a GPU (9 x 1/9) sum to a hair above it in floating point
                 on = "the cluster's nodes" if where is None else f"the node(s) with {where.removeprefix('node:')}"
                 counts = ", ".join(f"{n} {kind}{'s'[: n > 1]}" for kind, n in Counter(k for k, _ in asked).items())
                 raise BadInput(
