@@ -527,7 +527,7 @@ def check_reward(
     outcome: dict[str, Any] = {}
     call = threading.Thread(
         target=_call_into,
-        args=(outcome, fn, row, encoder.completion(row.prompt, row.answer), columns, state),
+        args=(outcome, fn, [row.prompt] * n, [encoder.completion(row.prompt, row.answer)] * n, columns, state),
         daemon=True,
     )
     real_exit, pid = os._exit, os.getpid()
@@ -576,13 +576,12 @@ class _Exited(SystemExit):
 
 
 def _call_into(
-    outcome: dict[str, Any], fn: Any, row: PromptRow, completion: Any, columns: dict, state: RewardState
+    outcome: dict[str, Any], fn: Any, prompts: list, completions: list, columns: dict, state: RewardState
 ) -> None:
     """Thread body: ``outcome["values"]``, or one line in ``outcome["error"]`` (the call raised),
     ``outcome["exited"]`` (it exited) or ``outcome["bad_output"]`` (it returned something other than numbers)."""
     try:
-        n = PREFLIGHT_GROUP
-        out = call_reward(fn, [row.prompt] * n, [completion] * n, columns, state, CallLog())
+        out = call_reward(fn, prompts, completions, columns, state, CallLog())
     except _Exited as e:
         outcome["exited"] = str(e.code)
         return
