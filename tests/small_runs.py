@@ -59,7 +59,7 @@ def on_the_warm_engine(rollout_worker: Any) -> Callable[..., Fleet]:
     dead-worker test kills one of those); nothing is restarted."""
     import ray
 
-    from rl.loop.actors import start_buffer, start_rollout_workers, start_trainers
+    from rl.loop.actors import form_process_group, place_trainers, start_buffer, start_rollout_workers
     from rl.loop.fleet import RolloutPool
     from rl.loop.weight_channel import make_weight_channel
 
@@ -68,12 +68,15 @@ def on_the_warm_engine(rollout_worker: Any) -> Callable[..., Fleet]:
         assert s.priority == "none" and not s.scorer_worker and cfg.train.lora is None, "plain workers only"
         assert r.num_workers == 1 or r.max_restarts == 0, "a run with engines of its own restarts none"
         ray.get(rollout_worker.load_weights.remote(base_weights(model_dir), 0))
-        trainers = start_trainers(cfg, model_dir)
+        trainers, room = place_trainers(cfg, model_dir)
+        form_process_group(trainers)
         engine = Lent(rollout_worker)
         own = start_rollout_workers(cfg, model_dir, range(1, r.num_workers))
         pool = RolloutPool([engine, *own], counters)  # no restarts: test_e2e_dead_worker's replacement starts its own
         channel = make_weight_channel(cfg.weight_sync.transport, trainers, pool.live, r.partial_rollouts == "resubmit")
-        return Fleet(pool, trainers, start_buffer(cfg), channel, kill=lambda a: None if a is engine else ray.kill(a))
+        return Fleet(
+            pool, trainers, start_buffer(cfg), channel, kill=lambda a: a is engine or ray.kill(a), trainer_room=room
+        )
 
     return start
 

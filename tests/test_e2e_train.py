@@ -7,6 +7,7 @@ from small_runs import on_the_warm_engine, small_run
 from wandb_files import history, wandb_records
 
 from rl.loop.driver import run_training
+from rl.loop.processes import wait_for
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
 
@@ -25,9 +26,12 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, rollout_worker, t
         "logging.wandb.project=tailor-e2e",
         "logging.wandb.mode=offline",
     )
+    free = ray_session.available_resources()["CPU"]
     summary = run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
 
     assert summary["steps"] == 4
+    # the ranks' placement group is given back: runs in a Ray instance that outlives them do not use it up
+    assert wait_for(lambda: ray_session.available_resources().get("CPU") == free, 10)
     buf = summary["buffer"]
     assert buf["consumed"] == 16 and buf["produced"] == buf["consumed"] + buf["in_buffer"] + sum(
         v for k, v in buf.items() if k.startswith("dropped_")

@@ -91,3 +91,21 @@ def test_ranks_and_engines_on_four_nodes_sync_exact_weights_and_survive_a_lost_n
     summary = next(r for r in got if r["kind"] == "summary")
     assert summary["dead_workers"] == 1  # the engine on the lost node; the run went on with the head's
     assert summary["groups_unaccounted"] == 0
+
+
+def test_ranks_named_onto_a_full_node_get_it_before_unnamed_engines(loopback_cluster, tmp_path):
+    """The head's two CPUs are the ranks' only room; the engine, named nowhere, would take one of them were it asked
+    for first (Ray prefers the driver's node), leaving the ranks to wait 120 s for room their own run holds."""
+    head = loopback_cluster.nodes[0]
+    run = start_rl_train(
+        loopback_cluster, tmp_path, "train.max_steps=1", "train.num_workers=2", f"placement.trainer_nodes=[{head}]"
+    )
+    try:
+        code = run.wait(timeout=100)  # placed at once; the ranks' 120 s wait would run past this
+    finally:
+        run.kill()
+    console = (tmp_path / "console").read_text()
+
+    assert code == 0, console[-3000:]
+    assert f"trainer rank 0 on node {head}" in console and f"trainer rank 1 on node {head}" in console
+    assert f"rollout engine 0 on node {head}" not in console

@@ -72,11 +72,12 @@ def run_dp_balance_bench(cfg: RunConfig, model_dir: str, opts: BalanceBenchOptio
     """Both modes on the same batches; returns (and writes) the per-step records and the per-mode summary."""
     from transformers import AutoConfig
 
-    from rl.loop.actors import start_ray, start_trainers
+    from rl.loop.actors import form_process_group, place_trainers, start_ray
 
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
     start_ray(cfg)
-    trainers = start_trainers(cfg, model_dir)
+    trainers, _ = place_trainers(cfg, model_dir)  # the group goes with Ray when this process ends
+    form_process_group(trainers)
     _step(trainers, round_robin_shards(long_tail_batch(opts, vocab, -1), len(trainers)))  # warm-up, not recorded
     records = []
     for seed in opts.seeds:

@@ -117,6 +117,10 @@ def start_fleet(cfg: RunConfig, model_dir: str, counters: RestartCounters) -> Fl
     def replacement(index: int) -> Any:
         return start_rollout_workers(cfg, model_dir, range(index, index + 1))[0]
 
+    # Ray places actors in the order asked: the side named onto nodes goes first, so the other side, free to go
+    # anywhere, cannot take the room it was named to (an unnamed engine on the only node the ranks may use)
+    trainers_first = bool(cfg.placement.trainer_nodes) and not cfg.placement.rollout_nodes
+    early = place_trainers(cfg, model_dir) if trainers_first else None
     pool = RolloutPool(
         start_rollout_workers(cfg, model_dir),
         counters,
@@ -124,9 +128,10 @@ def start_fleet(cfg: RunConfig, model_dir: str, counters: RestartCounters) -> Fl
         max_restarts=cfg.rollout.max_restarts,
     )
     scorer = start_scorer(cfg, model_dir) if cfg.shaping.scorer_worker else None
-    trainers = start_trainers(cfg, model_dir)
+    trainers, room = early or place_trainers(cfg, model_dir)
+    form_process_group(trainers)
     channel = make_weight_channel(transport, trainers, pool.live, cfg.rollout.partial_rollouts == "resubmit")
-    return Fleet(pool, trainers, start_buffer(cfg), channel, scorer)
+    return Fleet(pool, trainers, start_buffer(cfg), channel, scorer, trainer_room=room)
 
 
 def fleet_demands(cfg: RunConfig) -> list[placement.Demand]:
@@ -184,7 +189,10 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None 
     return [actor.options(**placement.actor_options(nodes[i])).remote(spec, binds[i % len(binds)]) for i in indices]
 
 
-def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:
+def place_trainers(cfg: RunConfig, model_dir: str) -> tuple[list[Any], Any]:
+    """The trainer rank actors, not yet joined (``form_process_group``), and the placement group reserved for them
+    before they start: all ranks placed together (none waits for a peer never placed), their room held before any
+    actor asked for later. Remove the group (``placement.release``) once the ranks are done."""
     import ray
 
     t = cfg.train
@@ -192,20 +200,21 @@ def start_trainers(cfg: RunConfig, model_dir: str) -> list[Any]:
     gpus = _gpus_per_actor(cfg)
     actor = ray.remote(num_cpus=1, num_gpus=gpus)(TrainerWorker)
     nodes = placement.node_resources(cfg.placement.trainer_nodes, t.num_workers)
-    if t.num_workers == 1:
-        return [actor.options(**placement.actor_options(nodes[0])).remote(spec, 0, 1)]
-    group = placement.trainer_group(nodes, gpus)  # all ranks reserved together: none waits for a peer never placed
-    trainers = [
+    group = placement.trainer_group(nodes, gpus)
+    ranks = [
         actor.options(**placement.rank_options(group, rank, nodes[rank])).remote(spec, rank, t.num_workers)
         for rank in range(t.num_workers)
     ]
-    form_process_group(trainers)
-    return trainers
+    return ranks, group
 
 
 def form_process_group(trainers: list[Any]) -> None:
-    """Join the trainer actors into one process group meeting on rank 0's node (any node of the cluster)."""
+    """Join the trainer actors into one process group meeting on rank 0's node (any node of the cluster); a single
+    rank needs none."""
     import ray
+
+    if len(trainers) < 2:
+        return
 
     init = ray.get(trainers[0].rendezvous_address.remote())
     ray.get([t.join_process_group.remote(init) for t in trainers])

@@ -132,9 +132,15 @@ class Fleet:
     channel: WeightChannel
     scorer: Any | None = None  # SART's scorer worker, when its scorer is a model
     kill: Callable[[Any], None] = _ray_kill  # ends an actor's process
+    trainer_room: Any | None = None  # the trainer ranks' Ray placement group, given back at shutdown
 
     async def shutdown(self, wait_s: float | None = None) -> None:
-        """Shut the engines down (waiting ``wait_s`` at most, if given), then end every actor."""
+        """Shut the engines down (waiting ``wait_s`` at most, if given), then end every actor and give the trainer
+        ranks' reserved room back (a Ray instance that outlives the run can place other work there)."""
         await self.rollout.shutdown(wait_s)
         for actor in [*self.rollout.started, *self.trainers, self.buffer, *([self.scorer] if self.scorer else [])]:
             self.kill(actor)
+        if self.trainer_room is not None:
+            from rl.loop.placement import release
+
+            release(self.trainer_room)

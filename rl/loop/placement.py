@@ -93,6 +93,13 @@ def trainer_group(resources: list[str | None], gpus: float) -> Any:
     return group
 
 
+def release(group: Any) -> None:
+    """Give a placement group's room back to the cluster (its actors are ended with it)."""
+    import ray
+
+    ray.util.remove_placement_group(group)
+
+
 Demand = tuple[str, str | None, dict[str, float]]  # an actor's kind, its placement entry's resource, its CPUs/GPUs
 
 
