@@ -21,6 +21,9 @@ from rl.shaping import defaults as shaping_defaults
 log = logging.getLogger("rl.config")
 
 
+ENGINE_SEED_MAX = 2**32 - 1  # the largest seed vLLM takes for an engine
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -181,7 +184,7 @@ class RolloutConfig(Strict):
         description="dead rollout workers replaced per run (a new actor and engine, loaded with the current "
         "weights); cpu weight transport only (a native NCCL group cannot take a new member mid-run)",
     )
-    seed: int = Field(default=0, description="the engines' sampling seed")
+    seed: int = Field(default=0, ge=0, le=ENGINE_SEED_MAX, description="the engines' sampling seed")
     tools: list[str] = Field(
         default_factory=list,
         description="tool functions the model may call, TRL style ('file.py:fn' or 'module:fn', plain or async, "

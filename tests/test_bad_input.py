@@ -278,6 +278,7 @@ CASES = [
     ("unknown_section", lambda t: ["nope.x=1"], "invalid config: nope: not a known key"),
     ("not_a_number", lambda t: ["train.lr=abc"], "invalid config: train.lr: Input should be a valid number"),
     ("zero_batch_groups", lambda t: ["train.batch_groups=0"], "train.batch_groups: Input should be greater than"),
+    ("negative_engine_seed", lambda t: ["rollout.seed=-1"], "rollout.seed: Input should be greater than or equal to 0"),
     ("not_a_choice", lambda t: ["algorithm.advantage=foo"], "algorithm.advantage: Input should be 'grpo'"),
     ("not_a_list", lambda t: ["reward.functions=5"], "reward.functions: Input should be a valid list (got 5)"),
     ("override_without_value", lambda t: ["train.lr"], "override 'train.lr' must look like key.path=value"),
@@ -651,6 +652,8 @@ COMMANDS = [
     ("rollout_m_keep_one", lambda t: ["bench", "rollout", "--m-keep", "1"], 2, "--m-keep: Input should be", 1),
     ("rollout_zero_temperature", lambda t: ["bench", "rollout", "--temperature", "0"], 2, "--temperature: Input", 1),
     ("rollout_unknown_mode", lambda t: ["bench", "rollout", "--modes", "nope"], 2, "--modes: mode 'nope'", 1),
+    ("rollout_negative_seed", lambda t: ["bench", "rollout", "--seed", "-1"], 2, "--seed: Input should be greater", 1),
+    ("peer_negative_seed", lambda t: ["bench", "peer", "arith_tiny", "--seeds", "-1"], 2, "rollout.seed: Input", 1),
     (
         "rollout_mode_knob_not_a_number",
         lambda t: ["bench", "rollout", "--modes", "darts+sart@long_wait=abc"],

@@ -42,7 +42,15 @@ from rl.bench.cost_model import DecodeProfile, batch_rollout_time
 from rl.bench.prompts import Source, bench_rows, default_reward, sample_rows
 from rl.bench.records import SampleRecord, pass_metrics
 from rl.bench.summary import build_summary, markdown
-from rl.config import RolloutConfig, RunConfig, ShapingConfig, apply_overrides, load_config, one_line
+from rl.config import (
+    ENGINE_SEED_MAX,
+    RolloutConfig,
+    RunConfig,
+    ShapingConfig,
+    apply_overrides,
+    load_config,
+    one_line,
+)
 from rl.data.source import dataset_rows
 from rl.inputs.prompting import PromptEncoder
 from rl.output.progress import Progress
@@ -86,7 +94,7 @@ class RolloutBenchConfig(BaseModel):
     temperature: float = Field(1.0, gt=0)
     modes: list[str] = Field(default_factory=lambda: list(ALL_MODES), min_length=1)  # Mode[@key=value...]
     repeats: int = Field(1, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=ENGINE_SEED_MAX)  # the engine's seed, and repeat r's prompt draw's (seed + r)
     out_dir: Path = Path("runs/bench-rollout")
     dataset: Source | None = None  # built-in prompt set (default arith); exclusive with recipe
     recipe: Path | None = None  # prompts (framed as the recipe frames them) and rewards from this recipe's train split
