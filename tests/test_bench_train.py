@@ -61,7 +61,7 @@ def test_bench_train_two_variants(ray_session, rollout_worker, tiny_model_dir, t
 
 
 @pytest.mark.integration
-def test_a_variant_stopped_by_sigterm_stops_the_bench(ray_session, rollout_worker, tmp_path):
+def test_a_variant_stopped_by_sigterm_stops_the_bench(ray_session, rollout_worker, tmp_path, capsys):
     """Like ``rl train``, the bench exits 128 + signal once a variant stops on SIGTERM; no later variant starts.
     The signal is real: sent to this process once the first variant has logged a step (its handler is up then)."""
     metrics = tmp_path / "a" / "metrics.jsonl"
@@ -77,6 +77,10 @@ def test_a_variant_stopped_by_sigterm_stops_the_bench(ray_session, rollout_worke
             recipe_path("arith_tiny"), variants, COMMON, tmp_path, start_actors=on_the_warm_engine(rollout_worker)
         )
     assert stop.value.code == 143
+    assert (
+        capsys.readouterr().out.splitlines()[-1]
+        == "[bench train] SIGTERM stopped a: the bench stops, no results written"
+    )
     steps = [r["step"] for r in read_records(metrics)[0] if r["kind"] == "train"]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) < 40  # stopped at a step boundary, early
     assert not (tmp_path / "b").exists() and not (tmp_path / "bench_train.json").exists()

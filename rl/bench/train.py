@@ -172,8 +172,9 @@ def run_train_bench(
     for variant, cfg in configs:
         print(f"[bench train] {variant.name}: {' '.join(variant.overrides) or '(recipe as is)'}", flush=True)
         summary = run_training(cfg, start_actors=start_actors)
-        if summary["stopped_by"]:  # SIGTERM/SIGINT stopped the variant at a step boundary: the bench stops too
-            raise SystemExit(128 + signal.Signals[summary["stopped_by"]])
+        if stopped := summary["stopped_by"]:  # SIGTERM/SIGINT stopped the variant: the bench stops too
+            print(f"[bench train] {stopped} stopped {variant.name}: the bench stops, no results written", flush=True)
+            raise SystemExit(128 + signal.Signals[stopped])
         results.append(variant_result(variant, cfg, summary))
     table = markdown(results)
     out_dir.mkdir(parents=True, exist_ok=True)
