@@ -103,7 +103,7 @@ def user_train_run(tiny_model_dir, tmp_path_factory):
 def ray_session():
     import ray
 
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)  # not a `ray start` cluster
     yield ray
     ray.shutdown()
 

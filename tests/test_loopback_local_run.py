@@ -66,8 +66,11 @@ ray.shutdown()
 def test_a_local_ray_serves_no_dashboard_and_keeps_token_authentication():
     """``start_ray`` without ``ray.address``, in a user's environment (no ``RAY_AUTH_MODE``): Ray's token
     authentication is on, and no dashboard is served. Ray still starts its dashboard head process, but with only the
-    usage-stats module and no web frontend: Ray knows no dashboard URL and nothing listens on the dashboard port."""
+    usage-stats module and no web frontend: Ray knows no dashboard URL and nothing listens on the dashboard port.
+    ``RAY_ADDRESS`` (or a cluster ``ray start`` left on the machine), which a plain ``ray.init()`` joins, is left
+    alone: the run starts its own instance (joining one refused the run's ``num_cpus`` with a traceback)."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    env["RAY_ADDRESS"] = "127.0.0.1:1"  # nothing answers there
     done = subprocess.run([sys.executable, "-c", RAY_FACTS], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1]) == {

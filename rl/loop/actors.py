@@ -60,6 +60,7 @@ def start_ray(cfg: RunConfig) -> bool:
         _loopback_node()
         needed = cfg.rollout.num_workers + cfg.train.num_workers + int(cfg.shaping.scorer_worker)
         ray.init(
+            address="local",  # a new instance even where `ray start` left a cluster for a plain ray.init() to join
             num_cpus=max(cfg.ray.num_cpus or 0, needed, os.cpu_count() or 1),
             include_dashboard=False,
             _node_ip_address=LOOPBACK,
