@@ -45,20 +45,23 @@ def cache_dir() -> Path:
 
 def resolve_model(name: str) -> str:
     """Local directory for a model name, building a builtin one on first use (``dummy:NAME``: a config-only folder,
-    rl/model_shapes.py)."""
-    if name.startswith("dummy:"):
-        from rl.model_shapes import build_dummy
-
-        return str(build_dummy(name))
-    if not name.startswith(BUILTIN_PREFIX):
+    rl/model_shapes.py). ``ValueError`` (one line) for an unknown builtin, or a cache it cannot be built in."""
+    if not name.startswith((BUILTIN_PREFIX, "dummy:")):
         return name
     from rl.calc_tiny import build_calc_tiny
+    from rl.model_shapes import build_dummy
 
     builders = dict(zip(BUILTIN_MODELS, (build_arith_tiny, build_calc_tiny, build_smollm2), strict=True))
     key = name[len(BUILTIN_PREFIX) :]
-    if key not in builders:
+    if name.startswith(BUILTIN_PREFIX) and key not in builders:
         raise ValueError(f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
-    return str(builders[key]())
+    try:
+        return str(build_dummy(name) if name.startswith("dummy:") else builders[key]())
+    except OSError as e:
+        raise ValueError(
+            f"{name} could not be built in {cache_dir()} ({e.strerror or e}: {e.filename}); set TAILOR_CACHE to a "
+            "folder you can write to"
+        ) from None
 
 
 def _fingerprint(spec: dict) -> str:

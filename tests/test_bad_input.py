@@ -967,3 +967,15 @@ def test_a_reward_that_exits_in_the_worker_counts_as_raised_and_the_pool_goes_on
     assert exited.failures["raised"] == 1 and "SystemExit: 3" in exited.errors[spec]
     assert died.failures["raised"] == 1 and "worker process died (exit code 3)" in died.errors[spec]
     assert exited.rewards == died.rewards == [0.0] and again.rewards == [1.0] and again.failures["raised"] == 1
+
+
+def test_a_model_cache_that_cannot_be_written_is_one_line(tmp_path, capsys, nothing_starts, monkeypatch):
+    """A builtin model is built into ``TAILOR_CACHE`` on first use; where that folder cannot be made (here: below a
+    file) the run stops in one line naming it, not in pathlib's traceback."""
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("TAILOR_CACHE", str(tmp_path / "a_file" / "cache"))
+    code, err = _train(capsys, "arith_tiny")
+    assert code == 2
+    cache = tmp_path / "a_file" / "cache"
+    assert err.startswith(f"bad input: model.path: builtin:arith-tiny could not be built in {cache} (Not a directory: ")
+    assert err.endswith("); set TAILOR_CACHE to a folder you can write to") and len(err.splitlines()) == 1

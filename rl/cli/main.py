@@ -202,7 +202,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_models_build(args: argparse.Namespace) -> int:
     from rl.models import resolve_model
 
-    print(resolve_model(f"builtin:{args.name}"))
+    try:
+        print(resolve_model(f"builtin:{args.name}"))
+    except ValueError as e:
+        print(f"cannot build: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
