@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import difflib
 import logging
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -550,7 +551,7 @@ class EvalConfig(Strict):
 class RayConfig(Strict):
     address: str | None = Field(
         default=None,
-        description='None: start a local instance; "auto": join a running cluster',
+        description='None: RAY_ADDRESS where it is set, else start a local instance; "auto": join a running cluster',
     )
     num_cpus: int | None = Field(default=None, description="CPUs of a local Ray instance; None: the machine's")
 
@@ -778,7 +779,21 @@ def _validated(raw: dict[str, Any], overrides: list[str], local_paths: bool) -> 
     merged = apply_overrides(raw, list(overrides), RunConfig().model_dump())
     if local_paths:
         absolute_paths(merged, Path.cwd())
+    _ray_address_from_environment(merged)
     return RunConfig.model_validate(merged)
+
+
+RAY_ADDRESS_ENV = "RAY_ADDRESS"  # the cluster Ray's own ray.init() joins; `ray job submit` sets it for its entrypoint
+
+
+def _ray_address_from_environment(merged: dict[str, Any]) -> None:
+    """A ``ray.address`` the recipe and its overrides leave unset is ``RAY_ADDRESS``'s, where that is set (a run
+    started by ``ray job submit`` joins the job's cluster, as a Ray program does), saying so."""
+    section = merged.setdefault("ray", {})
+    address = os.environ.get(RAY_ADDRESS_ENV, "").strip()
+    if isinstance(section, dict) and section.get("address") is None and address:
+        section["address"] = address
+        log.info("ray.address: %s, from %s (unset it for a Ray instance of the run's own)", address, RAY_ADDRESS_ENV)
 
 
 # the keys that may name a local file or folder: (section, key) and, for reward.functions, each item's

@@ -28,6 +28,16 @@ def test_a_local_run_listens_on_loopback_only(user_train_run):
     assert [s for s in run.listening if not _is_loopback(s[1])] == [], "listening outside loopback"
 
 
+def test_ray_address_comes_from_the_environment_where_the_recipe_leaves_it_unset(monkeypatch):
+    """``RAY_ADDRESS`` (``ray job submit`` sets it for its entrypoint) is the cluster to join, as a Ray program's
+    ``ray.init()`` takes it; a recipe's or an override's ``ray.address`` comes first; without it, a local instance."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert load_config(None, []).ray.address is None
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert load_config(None, []).ray.address == "10.0.0.1:6379"
+    assert load_config(None, ["ray.address=auto"]).ray.address == "auto"
+
+
 def test_joining_a_cluster_is_unchanged(monkeypatch):
     """With ``ray.address`` Ray is joined as it is: no loopback address, no environment change."""
     import ray
@@ -43,12 +53,14 @@ def test_joining_a_cluster_is_unchanged(monkeypatch):
 
 
 RAY_FACTS = """
-import json, psutil, ray
+import json, os, psutil, ray
 from ray._private import worker
 from ray._private.authentication.authentication_utils import is_token_auth_enabled
 from rl.loop.actors import start_ray
 from rl.config import load_config
-start_ray(load_config(None, []))
+cfg = load_config(None, [])  # a local instance
+os.environ["RAY_ADDRESS"] = "127.0.0.1:1"  # stands for a cluster `ray start` left, which a plain ray.init() joins
+start_ray(cfg)
 FLAGS = ("--disable-frontend", "--modules-to-load=UsageStatsHead")
 heads = [psutil.Process(p.process.pid) for p in worker.global_worker.node.all_processes.get("dashboard", [])]
 ports = {c.laddr.port for h in heads for c in h.net_connections("inet") if c.status == psutil.CONN_LISTEN}
@@ -67,10 +79,10 @@ def test_a_local_ray_serves_no_dashboard_and_keeps_token_authentication():
     """``start_ray`` without ``ray.address``, in a user's environment (no ``RAY_AUTH_MODE``): Ray's token
     authentication is on, and no dashboard is served. Ray still starts its dashboard head process, but with only the
     usage-stats module and no web frontend: Ray knows no dashboard URL and nothing listens on the dashboard port.
-    ``RAY_ADDRESS`` (or a cluster ``ray start`` left on the machine), which a plain ``ray.init()`` joins, is left
-    alone: the run starts its own instance (joining one refused the run's ``num_cpus`` with a traceback)."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
-    env["RAY_ADDRESS"] = "127.0.0.1:1"  # nothing answers there
+    A cluster a plain ``ray.init()`` would join (one ``ray start`` left on the machine, here ``RAY_ADDRESS`` set
+    after the config was made) is left alone: the run starts its own instance (joining refused the run's
+    ``num_cpus`` with a traceback)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
     done = subprocess.run([sys.executable, "-c", RAY_FACTS], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1]) == {
