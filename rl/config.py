@@ -788,12 +788,18 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"  # the cluster Ray's own ray.init() joins; `ray 
 
 def _ray_address_from_environment(merged: dict[str, Any]) -> None:
     """A ``ray.address`` the recipe and its overrides leave unset is ``RAY_ADDRESS``'s, where that is set (a run
-    started by ``ray job submit`` joins the job's cluster, as a Ray program does), saying so."""
+    started by ``ray job submit`` joins the job's cluster, as a Ray program does); ``ray_address_named`` says so."""
     section = merged.setdefault("ray", {})
     address = os.environ.get(RAY_ADDRESS_ENV, "").strip()
     if isinstance(section, dict) and section.get("address") is None and address:
         section["address"] = address
-        log.info("ray.address: %s, from %s (unset it for a Ray instance of the run's own)", address, RAY_ADDRESS_ENV)
+
+
+def ray_address_named(address: str) -> str:
+    """``ray.address`` as messages name it: with its source where it is ``RAY_ADDRESS``'s."""
+    if address == os.environ.get(RAY_ADDRESS_ENV, "").strip():
+        return f"ray.address {address!r} (from {RAY_ADDRESS_ENV}; unset it for a Ray instance of the run's own)"
+    return f"ray.address {address!r}"
 
 
 # the keys that may name a local file or folder: (section, key) and, for reward.functions, each item's

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from rl.config import load_config
+from rl.inputs.preflight import BadInput, check_ray_address
 from rl.loop.actors import LOOPBACK_ENV, start_ray
 
 
@@ -33,9 +34,12 @@ def test_ray_address_comes_from_the_environment_where_the_recipe_leaves_it_unset
     ``ray.init()`` takes it; a recipe's or an override's ``ray.address`` comes first; without it, a local instance."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert load_config(None, []).ray.address is None
-    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    assert load_config(None, []).ray.address == "10.0.0.1:6379"
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    assert load_config(None, []).ray.address == "127.0.0.1:1"
     assert load_config(None, ["ray.address=auto"]).ray.address == "auto"
+    with pytest.raises(BadInput) as refused:  # checked as a given address is, its source named: nothing answers there
+        check_ray_address(load_config(None, []).ray.address)
+    assert str(refused.value).startswith("ray.address '127.0.0.1:1' (from RAY_ADDRESS; unset it for a Ray instance")
 
 
 def test_joining_a_cluster_is_unchanged(monkeypatch):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl.config import DataConfig, RewardFn, RolloutConfig, RunConfig
+from rl.config import DataConfig, RewardFn, RolloutConfig, RunConfig, ray_address_named
 from rl.data.source import dataset_rows, train_and_held_out
 from rl.inputs import hub
 from rl.inputs.prompting import PromptEncoder
@@ -230,7 +230,7 @@ def check_ray_address(address: str) -> None:
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
         raise BadInput(
-            f"ray.address {address!r}: give auto (a cluster started on this machine) or the head's HOST:PORT, as "
+            f"{ray_address_named(address)}: give auto (a cluster started on this machine) or the head's HOST:PORT, as "
             "rl cluster up or ray start --head prints it (e.g. 127.0.0.2:6379)"
         )
     import socket
@@ -239,7 +239,7 @@ def check_ray_address(address: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
     except OSError as e:
         raise BadInput(
-            f"ray.address {address!r}: nothing answers there ({e.strerror or e}); start the cluster first "
+            f"{ray_address_named(address)}: nothing answers there ({e.strerror or e}); start the cluster first "
             f"({START_RAY}) and give the address it prints"
         ) from None
 

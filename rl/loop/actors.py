@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rl.config import RunConfig
+from rl.config import RunConfig, ray_address_named
 from rl.inputs.preflight import START_RAY, BadInput
 from rl.loop import placement
 from rl.loop.buffer import TrajectoryBuffer
@@ -54,7 +54,7 @@ def start_ray(cfg: RunConfig) -> bool:
             ray.init(address=cfg.ray.address, log_to_driver=True, **extra)
         except ConnectionError:  # "auto" with no cluster on this machine, or one gone since preflight
             raise BadInput(
-                f"ray.address {cfg.ray.address!r}: no running Ray cluster found; start one first ({START_RAY})"
+                f"{ray_address_named(cfg.ray.address)}: no running Ray cluster found; start one first ({START_RAY})"
             ) from None
     else:
         _loopback_node()
@@ -67,7 +67,8 @@ def start_ray(cfg: RunConfig) -> bool:
             log_to_driver=True,
             **extra,
         )
-    log.info("Ray %s in %.1f s", "joined" if cfg.ray.address else "started", time.monotonic() - t0)
+    where = f": {ray_address_named(cfg.ray.address)}" if cfg.ray.address else ""
+    log.info("Ray %s in %.1f s%s", "joined" if cfg.ray.address else "started", time.monotonic() - t0, where)
     return True
 
 
