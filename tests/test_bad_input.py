@@ -729,6 +729,13 @@ COMMANDS = [
         1,
     ),
     (
+        "bench_train_zero_steps",  # was the recipe's 200 steps, silently
+        lambda t: ["bench", "train", "arith_tiny", "--steps", "0"],
+        2,
+        "argument --steps: must be a positive integer, got 0",
+        USAGE,
+    ),
+    (
         "bench_train_bad_value",
         lambda t: ["bench", "train", "arith_tiny", "train.lr=abc"],
         2,

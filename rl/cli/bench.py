@@ -80,7 +80,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     train = bench.add_parser("train", help="train a recipe under several variants (staleness, shaping), same budget")
     train.add_argument("recipe", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")
     train.add_argument("overrides", nargs="*", help="key.path=value overrides applied to every variant")
-    train.add_argument("--steps", type=int, help="optimizer steps per variant (default: the recipe's max_steps)")
+    train.add_argument("--steps", type=positive, help="optimizer steps per variant (default: the recipe's max_steps)")
     train.add_argument("--staleness", type=int, default=2, help="k of the default variants (default 2)")
     train.add_argument(
         "--variant",
