@@ -729,6 +729,13 @@ COMMANDS = [
         1,
     ),
     (
+        "cluster_of_zero_cpu_nodes",  # was started: nodes no actor could ever be placed on
+        lambda t: ["cluster", "up", "--nodes", "2", "--cpus", "0", "--dir", str(t / "cluster")],
+        2,
+        "argument --cpus: must be a positive integer, got 0",
+        USAGE,
+    ),
+    (
         "bench_train_zero_steps",  # was the recipe's 200 steps, silently
         lambda t: ["bench", "train", "arith_tiny", "--steps", "0"],
         2,

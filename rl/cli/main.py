@@ -299,7 +299,7 @@ def _add_cluster(sub: argparse._SubParsersAction) -> None:
     commands = group.add_subparsers(dest="cluster_cmd", required=True)
     up = commands.add_parser("up", help="ray start a head at 127.0.0.2 and workers at 127.0.0.3, ...")
     up.add_argument("--nodes", type=int, default=3, help="nodes, head included (default 3)")
-    up.add_argument("--cpus", type=int, default=2, help="Ray CPUs each node offers (default 2)")
+    up.add_argument("--cpus", type=positive, default=2, help="Ray CPUs each node offers (default 2)")
     up.add_argument("--dir", type=Path, default=CLUSTER_DIR, help=f"the cluster's folder (default {CLUSTER_DIR})")
     up.set_defaults(func=cmd_cluster_up)
     down = commands.add_parser("down", help="stop the cluster's processes (only its own) and remove its folder")
