@@ -8,6 +8,7 @@ rl/calc_tiny.py), and SmolLM2-135M from GGUF.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -48,20 +49,30 @@ def resolve_model(name: str) -> str:
     rl/model_shapes.py). ``ValueError`` (one line) for an unknown builtin, or a cache it cannot be built in."""
     if not name.startswith((BUILTIN_PREFIX, "dummy:")):
         return name
-    from rl.calc_tiny import build_calc_tiny
-    from rl.model_shapes import build_dummy
-
-    builders = dict(zip(BUILTIN_MODELS, (build_arith_tiny, build_calc_tiny, build_smollm2), strict=True))
-    key = name[len(BUILTIN_PREFIX) :]
-    if name.startswith(BUILTIN_PREFIX) and key not in builders:
-        raise ValueError(f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
+    build = _builder(name)
     try:
-        return str(build_dummy(name) if name.startswith("dummy:") else builders[key]())
+        return str(build())
     except OSError as e:
         raise ValueError(
             f"{name} could not be built in {cache_dir()} ({e.strerror or e}: {e.filename}); set TAILOR_CACHE to a "
             "folder you can write to"
         ) from None
+
+
+def _builder(name: str) -> Callable[[], Path]:
+    """What builds the model ``name`` (``dummy:NAME`` or ``builtin:NAME``) into the cache; ``ValueError`` for an
+    unknown builtin."""
+    if name.startswith("dummy:"):
+        from rl.model_shapes import build_dummy
+
+        return functools.partial(build_dummy, name)
+    from rl.calc_tiny import build_calc_tiny
+
+    builders = dict(zip(BUILTIN_MODELS, (build_arith_tiny, build_calc_tiny, build_smollm2), strict=True))
+    key = name[len(BUILTIN_PREFIX) :]
+    if key not in builders:
+        raise ValueError(f"unknown builtin model {name!r}; known: {', '.join(BUILTIN_MODELS)}")
+    return builders[key]
 
 
 def _fingerprint(spec: dict) -> str:
