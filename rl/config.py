@@ -790,14 +790,18 @@ def _ray_address_from_environment(merged: dict[str, Any]) -> None:
     """A ``ray.address`` the recipe and its overrides leave unset is ``RAY_ADDRESS``'s, where that is set (a run
     started by ``ray job submit`` joins the job's cluster, as a Ray program does); ``ray_address_named`` says so."""
     section = merged.setdefault("ray", {})
-    address = os.environ.get(RAY_ADDRESS_ENV, "").strip()
+    address = _environment_ray_address()
     if isinstance(section, dict) and section.get("address") is None and address:
         section["address"] = address
 
 
+def _environment_ray_address() -> str:
+    return os.environ.get(RAY_ADDRESS_ENV, "").strip()
+
+
 def ray_address_named(address: str) -> str:
     """``ray.address`` as messages name it: with its source where it is ``RAY_ADDRESS``'s."""
-    if address == os.environ.get(RAY_ADDRESS_ENV, "").strip():
+    if address == _environment_ray_address():
         return f"ray.address {address!r} (from {RAY_ADDRESS_ENV}; unset it for a Ray instance of the run's own)"
     return f"ray.address {address!r}"
 
