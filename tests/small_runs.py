@@ -59,7 +59,7 @@ def on_the_warm_engine(rollout_worker: Any) -> Callable[..., Fleet]:
     dead-worker test kills one of those); nothing is restarted."""
     import ray
 
-    from rl.loop.actors import form_process_group, place_trainers, start_buffer, start_rollout_workers
+    from rl.loop.actors import place_trainers, start_buffer, start_rollout_workers
     from rl.loop.fleet import RolloutPool
     from rl.loop.weight_channel import make_weight_channel
 
@@ -68,8 +68,7 @@ def on_the_warm_engine(rollout_worker: Any) -> Callable[..., Fleet]:
         assert s.priority == "none" and not s.scorer_worker and cfg.train.lora is None, "plain workers only"
         assert r.num_workers == 1 or r.max_restarts == 0, "a run with engines of its own restarts none"
         ray.get(rollout_worker.load_weights.remote(base_weights(model_dir), 0))
-        trainers, room = place_trainers(cfg, model_dir)
-        form_process_group(trainers)
+        trainers, room = place_trainers(cfg, model_dir)  # the driver's start-up joins them
         engine = Lent(rollout_worker)
         own = start_rollout_workers(cfg, model_dir, range(1, r.num_workers))
         pool = RolloutPool([engine, *own], counters)  # no restarts: test_e2e_dead_worker's replacement starts its own
@@ -79,6 +78,13 @@ def on_the_warm_engine(rollout_worker: Any) -> Callable[..., Fleet]:
         )
 
     return start
+
+
+def live_placement_groups() -> set[str]:
+    """Ids of the placement groups Ray still holds (not removed)."""
+    import ray
+
+    return {pg_id for pg_id, pg in ray.util.placement_group_table().items() if pg["state"] != "REMOVED"}
 
 
 @functools.cache

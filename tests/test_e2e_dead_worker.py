@@ -18,7 +18,7 @@ from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.worker import TrainerWorker
-from small_runs import on_the_warm_engine, small_run
+from small_runs import live_placement_groups, on_the_warm_engine, small_run
 
 from rl.loop.driver import Driver, RunFailed, did_not_start
 
@@ -201,12 +201,33 @@ def test_a_dead_trainer_stops_the_run_with_one_line(rollout_worker, tiny_model_d
     assert errors == [f"{message}; stopping"]
 
 
-def test_an_actor_whose_constructor_raised_is_named_with_its_error(ray_session, tmp_path):
-    """What a run says when an actor does not start (an engine vLLM refused): the actor, the error's last line and
-    where the traceback is, from Ray's real error, not a dead process with no reason; for a rollout worker's
-    ``EngineStartError``, the engine's own error, not the wrapper's name."""
+def test_a_trainer_rank_that_does_not_start_stops_the_run_in_one_line(ray_session, rollout_worker, tmp_path):
+    """Of two data-parallel ranks, one's constructor raises (a model its node cannot load): the run stops in one
+    line naming the actor and its error, not Ray's traceback, and gives the ranks' placement group back."""
+    from rl.loop import actors
 
-    class _RefusesToStart:  # defined here: Ray sends it by value (the actor's process cannot import this file)
+    place = actors.place_trainers
+
+    def one_refuses(cfg, model_dir):  # the real ranks and their group, rank 1 swapped for one that raises
+        ranks, group = place(cfg, model_dir)
+        ray.kill(ranks[1])
+        return [ranks[0], refuses_to_start().remote("CUDA out of memory", False)], group
+
+    cfg = small_run(tmp_path, "rank", "train.max_steps=2", "train.num_workers=2")
+    before = live_placement_groups()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(actors, "place_trainers", one_refuses)
+        with pytest.raises(RunFailed) as stopped:
+            asyncio.run(Driver(cfg, start_actors=on_the_warm_engine(rollout_worker)).run())
+    assert str(stopped.value).startswith("_RefusesToStart did not start: ValueError: CUDA out of memory (its"), stopped
+    assert live_placement_groups() <= before
+
+
+def refuses_to_start() -> type:
+    """An actor class whose constructor raises ``message`` (as vLLM's ``EngineStartError`` where ``as_engine``);
+    made in a function, so Ray sends it by value (the actor's process cannot import this file)."""
+
+    class _RefusesToStart:
         def __init__(self, message: str, as_engine: bool) -> None:
             from rl.rollout.engine import EngineStartError
 
@@ -217,14 +238,25 @@ def test_an_actor_whose_constructor_raised_is_named_with_its_error(ray_session, 
                     raise EngineStartError(error_reason(e)) from e
                 raise
 
-        def stats(self) -> dict:
+        def stats(self) -> dict:  # asked of an engine
             return {}
+
+        def join_process_group(self, address: str) -> None:  # asked of a trainer rank
+            pass
+
+    return ray.remote(num_cpus=0)(_RefusesToStart)
+
+
+def test_an_actor_whose_constructor_raised_is_named_with_its_error(ray_session, tmp_path):
+    """What a run says when an actor does not start (an engine vLLM refused): the actor, the error's last line and
+    where the traceback is, from Ray's real error, not a dead process with no reason; for a rollout worker's
+    ``EngineStartError``, the engine's own error, not the wrapper's name."""
 
     for message, as_engine, raised in [
         ("No available memory for the cache blocks.\nTry increasing it", False, "No available memory for the cache"),
         ("Model architectures ['FooForCausalLM'] are not supported.", True, "Model architectures ['FooForCausalLM']"),
     ]:
-        actor = ray_session.remote(num_cpus=0)(_RefusesToStart).remote(message, as_engine)
+        actor = refuses_to_start().remote(message, as_engine)
         with pytest.raises(ray.exceptions.RayActorError) as e:
             ray_session.get(actor.stats.remote(), timeout=120)
         said = did_not_start(e.value, tmp_path)

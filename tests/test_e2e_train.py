@@ -3,18 +3,13 @@
 import json
 
 import pytest
-from small_runs import on_the_warm_engine, small_run
+from small_runs import live_placement_groups, on_the_warm_engine, small_run
 from wandb_files import history, wandb_records
 
 from rl.loop.driver import run_training
 from rl.loop.processes import wait_for
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
-
-
-def live_placement_groups(ray) -> set[str]:
-    """Ids of the placement groups Ray still holds (not removed)."""
-    return {pg_id for pg_id, pg in ray.util.placement_group_table().items() if pg["state"] != "REMOVED"}
 
 
 def test_rl_train_a_few_async_data_parallel_steps(ray_session, rollout_worker, tiny_model_dir, tmp_path):
@@ -31,12 +26,12 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, rollout_worker, t
         "logging.wandb.project=tailor-e2e",
         "logging.wandb.mode=offline",
     )
-    groups_before = live_placement_groups(ray_session)
+    groups_before = live_placement_groups()
     summary = run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
 
     assert summary["steps"] == 4
     # the ranks' placement group is given back: runs in a Ray instance that outlives them do not use it up
-    assert wait_for(lambda: live_placement_groups(ray_session) <= groups_before, 10)
+    assert wait_for(lambda: live_placement_groups() <= groups_before, 10)
     buf = summary["buffer"]
     assert buf["consumed"] == 16 and buf["produced"] == buf["consumed"] + buf["in_buffer"] + sum(
         v for k, v in buf.items() if k.startswith("dropped_")

@@ -26,7 +26,7 @@ def rank_pair(ray_session, tiny_model_dir):
     most of a test's time); each test gives them fresh engines with ``_fresh``."""
     actor = ray.remote(num_cpus=1)(TrainerWorker)
     workers = [actor.remote(TrainerSpec(model=tiny_model_dir), rank, 2) for rank in range(2)]
-    form_process_group(workers)  # meets on rank 0's node address, as multi-node runs do
+    asyncio.run(form_process_group(workers))  # meets on rank 0's node address, as multi-node runs do
     yield workers
     ray.get([w.shutdown.remote() for w in workers])
     for w in workers:

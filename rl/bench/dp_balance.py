@@ -10,6 +10,7 @@ or at the barrier before the gradient reduce-scatter with ``train.fsdp_keep_gath
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
@@ -77,7 +78,7 @@ def run_dp_balance_bench(cfg: RunConfig, model_dir: str, opts: BalanceBenchOptio
     vocab = AutoConfig.from_pretrained(model_dir).vocab_size
     start_ray(cfg)
     trainers, _ = place_trainers(cfg, model_dir)  # the group goes with Ray when this process ends
-    form_process_group(trainers)
+    asyncio.run(form_process_group(trainers))
     _step(trainers, round_robin_shards(long_tail_batch(opts, vocab, -1), len(trainers)))  # warm-up, not recorded
     records = []
     for seed in opts.seeds:

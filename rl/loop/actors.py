@@ -3,6 +3,7 @@ gathered into the ``Fleet`` the driver takes (``start_fleet``)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -108,7 +109,8 @@ def _loopback_node() -> None:
 def start_fleet(cfg: RunConfig, model_dir: str, counters: RestartCounters) -> Fleet:
     """Every actor of a run (Ray must be up): rollout workers (replaced when one dies, while
     ``rollout.max_restarts`` allows and the cpu channel can load weights into a new one), SART's scorer, the trainer
-    ranks, the trajectory buffer, and the weight channel between them."""
+    ranks (asked for, not yet joined: ``form_process_group``), the trajectory buffer, and the weight channel between
+    them."""
     import ray
 
     placement.check(cfg.placement, ray.cluster_resources())
@@ -131,7 +133,6 @@ def start_fleet(cfg: RunConfig, model_dir: str, counters: RestartCounters) -> Fl
     )
     scorer = start_scorer(cfg, model_dir) if cfg.shaping.scorer_worker else None
     trainers, room = early or place_trainers(cfg, model_dir)
-    form_process_group(trainers)
     channel = make_weight_channel(transport, trainers, pool.live, cfg.rollout.partial_rollouts == "resubmit")
     return Fleet(pool, trainers, start_buffer(cfg), channel, scorer, trainer_room=room)
 
@@ -210,16 +211,14 @@ def place_trainers(cfg: RunConfig, model_dir: str) -> tuple[list[Any], Any]:
     return ranks, group
 
 
-def form_process_group(trainers: list[Any]) -> None:
+async def form_process_group(trainers: list[Any]) -> None:
     """Join the trainer actors into one process group meeting on rank 0's node (any node of the cluster); a single
-    rank needs none."""
-    import ray
-
+    rank needs none. Awaited, as the ranks load their model first: the driver's start-up, where a stop signal is
+    taken meanwhile and a rank whose constructor raised is one line (``driver.did_not_start``)."""
     if len(trainers) < 2:
         return
-
-    init = ray.get(trainers[0].rendezvous_address.remote())
-    ray.get([t.join_process_group.remote(init) for t in trainers])
+    init = await trainers[0].rendezvous_address.remote()
+    await asyncio.gather(*[t.join_process_group.remote(init) for t in trainers])
 
 
 def start_scorer(cfg: RunConfig, model_dir: str) -> Any:

@@ -27,7 +27,7 @@ from rl.data.stream import PromptStream
 from rl.evaluation.held_out import evaluate
 from rl.inputs.preflight import RunInputs, preflight
 from rl.loop import checkpoint, placement
-from rl.loop.actors import ActorStarter, link_ray_logs, start_fleet, start_ray
+from rl.loop.actors import ActorStarter, form_process_group, link_ray_logs, start_fleet, start_ray
 from rl.loop.admission import AdmissionControl
 from rl.loop.counters import RunCounters
 from rl.loop.engine_sleep import EngineSleep, EngineWakeFailed
@@ -266,7 +266,8 @@ class Driver:
     async def _start_up(self) -> float:
         """Wait for the actors, start the training clock, then restore the checkpoint or evaluate before training;
         returns the engines' start-up seconds."""
-        stats = await asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])  # up, or one died
+        engines = asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])
+        stats, _ = await asyncio.gather(engines, form_process_group(self.fleet.trainers))  # all up, or one died
         waited = time.monotonic() - self.fleet_started  # the user's wait: worker processes, imports, the engine
         startup_s = max(s["startup_s"] for s in stats)
         await self.fleet.channel.start()
