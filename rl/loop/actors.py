@@ -139,8 +139,7 @@ def start_fleet(cfg: RunConfig, model_dir: str, counters: RestartCounters) -> Fl
 
 def fleet_demands(cfg: RunConfig) -> list[placement.Demand]:
     """What each of the run's actors that takes CPUs or GPUs asks Ray for, and where (``start_fleet``'s actors)."""
-    gpus = _gpus_per_actor(cfg)
-    each = {"CPU": 1.0, **({"GPU": gpus} if gpus else {})}
+    each = placement.actor_resources(_gpus_per_actor(cfg))
     p = cfg.placement
     demands: list[placement.Demand] = [
         ("rollout engine", r, each) for r in placement.node_resources(p.rollout_nodes, cfg.rollout.num_workers)

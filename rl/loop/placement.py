@@ -69,6 +69,11 @@ def on_driver_node() -> dict[str, Any]:
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)}
 
 
+def actor_resources(gpus: float) -> dict[str, float]:
+    """What one rollout engine or trainer rank asks Ray for: a CPU, and its GPU share where it has one."""
+    return {"CPU": 1.0, **({"GPU": gpus} if gpus else {})}
+
+
 class NotPlaced(RuntimeError):
     """The trainer ranks fit the cluster's nodes, but their room was not free within ``GROUP_READY_S``."""
 
@@ -80,7 +85,7 @@ def trainer_group(resources: list[str | None], gpus: float) -> Any:
     import ray
     from ray.util.placement_group import placement_group
 
-    bundles = [{"CPU": 1.0, **({"GPU": gpus} if gpus else {}), **({r: SLIVER} if r else {})} for r in resources]
+    bundles = [{**actor_resources(gpus), **({r: SLIVER} if r else {})} for r in resources]
     group = placement_group(bundles, strategy="PACK")
     try:
         ray.get(group.ready(), timeout=GROUP_READY_S)
