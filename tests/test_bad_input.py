@@ -320,6 +320,19 @@ def test_missing_recipe(capsys, nothing_starts):
     assert code == 2 and "recipe 'no_such_recipe' not found" in err
 
 
+def test_a_folder_named_as_a_recipe_is_not_read_as_one(tmp_path, monkeypatch, capsys, nothing_starts):
+    """Where the working directory holds a run's folder (``output_dir=.``, or ``cd runs``), its name still picks the
+    bundled recipe; a folder that names none is said to be one."""
+    from rl.cli.common import RECIPES_DIR, recipe_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "arith_tiny").mkdir()
+    (tmp_path / "my_run").mkdir()
+    assert recipe_path("arith_tiny") == RECIPES_DIR / "arith_tiny.yaml"
+    code, err = _train(capsys, "my_run")
+    assert code == 2 and "recipe 'my_run' not found (looked at my_run (a folder) and " in err, err
+
+
 def test_a_refused_resume_says_so(tmp_path, capsys, nothing_starts):
     code = main(["train", "--resume", str(tmp_path)])
     err = capsys.readouterr().err.strip()

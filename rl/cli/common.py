@@ -19,14 +19,15 @@ RECIPES_DIR = Path(rl.recipes.__file__).resolve().parent
 
 
 def recipe_path(name: str) -> Path:
-    """A recipe file by path, or by bare name from the bundled ``recipes/`` folder."""
+    """A recipe file by path, or by bare name from the bundled ``recipes/`` folder (a folder of that name, such as
+    a run's own, is not a recipe)."""
     path = Path(name)
-    if path.exists():
+    if path.is_file():
         return path
     bundled = RECIPES_DIR / (name if name.endswith(".yaml") else f"{name}.yaml")
-    if bundled.exists():
+    if bundled.is_file():
         return bundled
-    looked = str(path) if bundled == path else f"{path} and {bundled}"
+    looked = str(path) if bundled == path else f"{path}{' (a folder)' if path.is_dir() else ''} and {bundled}"
     names = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
     raise FileNotFoundError(f"recipe {name!r} not found (looked at {looked}); bundled recipes: {names}")
 
