@@ -544,7 +544,9 @@ class MemoryConfig(Strict):
 
 class EvalConfig(Strict):
     every: int = Field(default=10, ge=0, description="optimizer steps between evaluations; 0 = only before/after")
-    num_problems: int = Field(default=256, ge=1, description="held-out problems per evaluation")
+    num_problems: int = Field(
+        default=256, ge=1, description="held-out problems per evaluation (all of them where the split has fewer)"
+    )
     temperature: float = Field(default=0.0, ge=0, description="evaluation sampling temperature (0: greedy)")
 
 
@@ -618,6 +620,16 @@ class RunConfig(Strict):
     ray: RayConfig = Field(default_factory=RayConfig)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _below_output_dir(cls, name: str) -> str:
+        path = Path(name)
+        if path.is_absolute() or not path.parts or ".." in path.parts:
+            raise ValueError(
+                f"the run directory is a folder below output_dir, such as 'exp1' or 'exp1/seed0'; got {name!r}"
+            )
+        return name
 
     @model_validator(mode="after")
     def _periodic(self) -> RunConfig:

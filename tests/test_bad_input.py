@@ -108,6 +108,15 @@ CASES = [
         "usable training rows, fewer than train.batch_groups (4); add rows or lower train.batch_groups",
     ),
     ("missing_data_file", lambda t: [*BASE, f"data.source={t / 'nope.jsonl'}"], "does not exist"),
+    *[  # the run directory was output_dir itself or its parent: a new run cleared their checkpoints/, tb/, ...
+        (
+            f"run_name_{label}",
+            lambda t, name=name: [*BASE, f"output_dir={t}", f"name={name}"],
+            f"invalid config: name: the run directory is a folder below output_dir, such as 'exp1' or "
+            f"'exp1/seed0'; got {name!r}",
+        )
+        for label, name in [("empty", ""), ("dot", "."), ("parent", ".."), ("up_and_over", "../x"), ("absolute", "/x")]
+    ],
     (  # Ray retried it for ever, a C++ warning every 40 s (killed after 7 minutes)
         "ray_address_nothing_answers",
         lambda t: [*BASE, "ray.address=127.0.0.2:1"],
