@@ -640,6 +640,27 @@ COMMANDS = [
         USAGE,
     ),
     ("eval_no_dataset", lambda t: ["eval", "builtin:arith-tiny"], 2, "--dataset", USAGE),
+    (  # vLLM's VLLMValidationError traceback once the engine was up
+        "eval_negative_temperature",
+        lambda t: ["eval", "builtin:arith-tiny", "--dataset", "arith", "--temperature", "-1"],
+        2,
+        "argument --temperature: must be 0 (greedy) or more, got -1",
+        USAGE,
+    ),
+    (  # evaluated the training rows
+        "eval_arith_unknown_split",
+        lambda t: ["eval", "builtin:arith-tiny", "--dataset", "arith", "--split", "validation"],
+        2,
+        "bad input: --dataset 'arith' (split 'validation'): arith problems come in two splits, 'train' and 'test'",
+        1,
+    ),
+    (  # the reward raised on every sample, scored 0, after the engine started
+        "eval_reward_column_the_file_lacks",
+        lambda t: ["eval", "builtin:arith-tiny", "--dataset", str(_jsonl(t / "d.jsonl", ROWS)), "--recipe=arith_tiny"],
+        2,
+        "bad input: reward 'arith_steps' on row ",
+        1,
+    ),
     (
         "eval_response_past_the_model",  # vLLM refused the engine's max_model_len: a 52-line traceback
         lambda t: ["eval", "builtin:arith-tiny", "--dataset", "arith", "--max-tokens", "100000"],

@@ -56,6 +56,14 @@ def positive(text: str) -> int:
     return value
 
 
+def temperature(text: str) -> float:
+    """A sampling temperature: 0 (greedy) or more."""
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 (greedy) or more, got {text}")
+    return value
+
+
 def comma_list(text: str) -> list[str]:
     """The non-empty items of a comma list."""
     return [item.strip() for item in text.split(",") if item.strip()]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from rl.cli.bench import add_bench
-from rl.cli.common import add_verbose, checked_config, positive, recipe_path, route_output
+from rl.cli.common import add_verbose, checked_config, positive, recipe_path, route_output, temperature
 from rl.loop.processes import Terminated
 from rl.models import BUILTIN_MODELS
 
@@ -173,7 +173,9 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--limit", type=positive, help="only the first N problems")
     ev.add_argument("--max-tokens", type=positive, help="response length cap (default: the recipe's)")
     ev.add_argument(
-        "--temperature", type=float, help="default: the recipe's eval temperature for 1 sample, rollout's for more"
+        "--temperature",
+        type=temperature,
+        help="default: the recipe's eval temperature for 1 sample, rollout's for more",
     )
     ev.add_argument(
         "--recipe",

@@ -15,6 +15,8 @@ from rl.types import PromptRow
 def dataset_rows(cfg: DataConfig, split: str) -> list[PromptRow]:
     """Rows of ``split`` (the config's train or test split name) for the configured source."""
     if cfg.source == "arith":
+        if split not in (cfg.train_split, cfg.test_split):  # not the training rows under another name
+            raise ValueError(f"arith problems come in two splits, {cfg.train_split!r} and {cfg.test_split!r}")
         rows = make_split(cfg.arith, "test" if split == cfg.test_split else "train")
         return [_framed(row, cfg) for row in (rows[: cfg.limit] if cfg.limit else rows)]
     return load_rows(

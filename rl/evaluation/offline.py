@@ -24,6 +24,8 @@ from rl.inputs.preflight import (
     check_chat_template,
     check_local_cores,
     check_model_path,
+    check_rewards,
+    check_tools,
     load_rewards,
     model_positions,
     prompt_encoder,
@@ -92,13 +94,14 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
         raise BadInput(f"--dataset {data.source!r} (split {settings.split!r}): {text}") from None
     if not rows:
         raise BadInput(f"--dataset {data.source!r} split {settings.split!r} has no rows; check --split")
-    load_rewards(cfg)
+    functions = load_rewards(cfg)
     import torch  # the engine's own import, after the checks that need none
 
     if not torch.cuda.is_available():  # the engine runs on this machine's CPU, its KV cache rollout.kv_cache_bytes
         check_cpu_kv_cache(cfg, model_dir)
     encoder = prompt_encoder(model_dir, settings.model, "model")
     check_chat_template(encoder, cfg, rows, f"model {settings.model!r}")
+    check_rewards(cfg, functions, rows, encoder, check_tools(cfg, encoder, rows))  # a column the rows lack: here
     longest = max(len(prompt_ids(cfg, encoder)(r)) for r in rows)
     max_tokens = settings.max_tokens or cfg.rollout.max_tokens
     positions = check_response_room(model_dir, longest, max_tokens, settings.max_tokens is not None)

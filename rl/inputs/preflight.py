@@ -86,10 +86,7 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
             f"data.source {cfg.data.source!r}: no held-out rows, and a run measures held-out accuracy before and "
             f"after training; {fix}"
         )
-    state = RewardState.at(0, cfg.train.max_steps, cfg.train.batch_groups, len(train))
-    values = [
-        check_reward(name, fn, train[0], encoder, cfg.reward.timeout_s, state, extra_columns) for name, fn in functions
-    ]
+    values = check_rewards(cfg, functions, train, encoder, extra_columns)
     if say and len(values) == len(cfg.reward.functions) and all(v is None for v in values):
         print(
             f"warning: every reward function returned None for row {train[0].prompt_id} (its answer as the "
@@ -503,6 +500,20 @@ def check_reward_model(reward: RewardFn, index: int) -> None:
             raise BadInput(f"{field} {source!r}: cannot load its tokenizer ({_line(e)})") from None
     elif source.startswith((".", "/", "~")) or not _HUB_NAME.fullmatch(source):
         raise BadInput(f"{field} {source!r} does not exist; give a tokenizer directory or a hub name")
+
+
+def check_rewards(
+    cfg: RunConfig,
+    functions: list[tuple[str, Callable[..., Any]]],
+    rows: list[PromptRow],
+    encoder: PromptEncoder,
+    extra_columns: dict[str, list[Any]],
+) -> list[float | None]:
+    """``check_reward`` of each reward function on the first of ``rows``, with the ``trainer_state`` of a run's
+    first step; their values for it."""
+    state = RewardState.at(0, cfg.train.max_steps, cfg.train.batch_groups, len(rows))
+    timeout_s = cfg.reward.timeout_s
+    return [check_reward(name, fn, rows[0], encoder, timeout_s, state, extra_columns) for name, fn in functions]
 
 
 def check_reward(
