@@ -53,7 +53,12 @@ def test_resume_reads_the_saved_config_with_safe_overrides(tmp_path):
         ("ok", ["train.lr=0.5"], "override 'train.lr' would break the run's continuity"),
         ("ok", ["seed=3"], "override 'seed' would break"),
         ("other", [], "config.yaml changed since step_000010 was written: seed is 0, was 99; restore it or start"),
-        ("ok", ["train.max_steps=10"], "already reached train.max_steps=10"),
+        ("ok", ["train.max_steps=10"], "already reached step 10 (train.max_steps=10); raise train.max_steps to"),
+        (
+            "ok",
+            ["train.max_steps=5"],
+            "already reached step 10 (train.max_steps=5); raise train.max_steps to train on, e.g. train.max_steps=20",
+        ),  # not a lower max_steps's double, which the checkpoint had passed
         ("missing", [], "incomplete checkpoint (no trainer_state.pt)"),
     ],
 )
@@ -254,5 +259,7 @@ def test_a_resume_takes_the_last_step_the_checkpoint_recorded(tmp_path):
     assert resume_config(cfg.run_dir, ["train.max_steps=120"])[0].train.max_steps == 120  # the command's own wins
 
     _write_checkpoint(cfg, 80, max_steps=80)
-    with pytest.raises(CheckpointError, match="already reached train.max_steps=80; raise it to train on"):
+    with pytest.raises(
+        CheckpointError, match=r"already reached step 80 \(train.max_steps=80\); raise train.max_steps to train on"
+    ):
         resume_config(cfg.run_dir, [])

@@ -187,10 +187,10 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
             f"{run_dir / CONFIG_FILE} changed since {checkpoint.name} was written: {changed}; restore it or start a "
             "new run"
         )
-    if saved["version"] >= cfg.train.max_steps:
+    if (step := saved["version"]) >= cfg.train.max_steps:
         raise CheckpointError(
-            f"{checkpoint}: the run already reached train.max_steps={cfg.train.max_steps}; raise it to train on, "
-            f"e.g. train.max_steps={cfg.train.max_steps * 2}"
+            f"{checkpoint}: the run already reached step {step} (train.max_steps={cfg.train.max_steps}); raise "
+            f"train.max_steps to train on, e.g. train.max_steps={step * 2}"
         )
     log_new_settings(then, cfg, checkpoint)
     return cfg, checkpoint
