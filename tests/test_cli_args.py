@@ -29,7 +29,9 @@ def test_a_run_the_driver_stops_is_one_line_and_exit_code_1(tmp_path, monkeypatc
 
     async def stopped(self):
         self.cfg.run_dir.mkdir(parents=True, exist_ok=True)  # as a real run has by then
-        raise RunFailed(why, {"failure": why, "stopped_by": None, "steps": 1, "reward_failures": {"raised": 4}})
+        raise RunFailed(
+            why, {"failure": why, "stopped_by": None, "steps": 1, "reward_failures": {"raised": 4, "nan": 8}}
+        )
 
     monkeypatch.setattr(Driver, "run", stopped)
     argv = ["train", "arith_tiny", f"output_dir={tmp_path}", "name=r", "train.max_steps=1", "data.arith.num_train=20"]
@@ -40,7 +42,9 @@ def test_a_run_the_driver_stops_is_one_line_and_exit_code_1(tmp_path, monkeypatc
         == f"run stopped: {why}; no checkpoint was written, so a run of the same command starts afresh"
     )
     assert not any("Traceback" in line for line in err.splitlines())
-    assert "note: reward raised 4" in out and "held-out accuracy" not in out  # the counts, not an accuracy
+    assert (
+        "note: reward calls that raised 4, non-finite reward values 8" in out and "held-out accuracy" not in out
+    )  # the counts, not an accuracy
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["failure"] == why
 
 

@@ -288,6 +288,14 @@ def unscored_warning(unscored: int, samples: int) -> str:
     )
 
 
+REWARD_FAILURES_SAID = {  # the summary's words for rl.rewards.pool.FAILURE_KINDS (calls, or values for nan)
+    "raised": "reward calls that raised",
+    "timeout": "reward calls timed out",
+    "wrong_length": "reward calls of the wrong length",
+    "nan": "non-finite reward values",
+}
+
+
 def run_summary(summary: dict, run_dir: Path) -> str:
     """Write ``summary.json`` into ``run_dir``; return the few lines a person reads at the end of ``rl train``."""
     path = run_dir / "summary.json"
@@ -307,7 +315,7 @@ def run_summary(summary: dict, run_dir: Path) -> str:
     faults = {k: summary.get(k) for k in ("rollout_errors", "dead_workers", "restarted_workers", "stalls")}
     failures = dict(summary.get("reward_failures") or {})
     unscored = failures.pop("none", 0)
-    faults |= {f"reward {k}": v for k, v in failures.items()}
+    faults |= {REWARD_FAILURES_SAID.get(k, f"reward {k}"): v for k, v in failures.items()}
     if noted := [f"{k.replace('_', ' ')} {v}" for k, v in faults.items() if v]:
         lines.append("note: " + ", ".join(noted))
     if unscored:
