@@ -56,7 +56,10 @@ class DataConfig(Strict):
         description="prompt text built from a row: {prompt} is the question, other {column} names are filled too",
     )
     chat: bool = Field(default=False, description="wrap the prompt in the model's chat template")
-    system_prompt: str | None = Field(default=None, description="chat only: a system message before the question")
+    system_prompt: str | None = Field(
+        default=None,
+        description="chat only: a system message before the question (in place of a chat-message row's own)",
+    )
     limit: int | None = Field(default=None, ge=1, description="use only the first N training rows; None: all")
     test_fraction: float = Field(
         default=0.1,

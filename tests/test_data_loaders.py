@@ -213,6 +213,23 @@ def test_parquet_chat_list_prompt_and_dotted_answer(tmp_path):
     assert all(m["content"] != "old" for m in replaced.rows[0].prompt)
 
 
+def test_a_replaced_system_message_is_said_once(tmp_path, caplog):
+    """data.system_prompt takes the place of a chat-message row's own system message: one warning says how many."""
+    path = tmp_path / "dapo.parquet"
+    pq.write_table(_dapo_like_table(), path)
+    fields = {"prompt_field": "prompt", "answer_field": "reward_model.ground_truth", "chat": True}
+    with caplog.at_level(logging.WARNING, logger="rl.data"):
+        load_rows(str(path), **fields)  # the rows' own system messages kept: nothing to say
+        assert "system_prompt replaced" not in caplog.text
+        for _ in range(2):  # training and held-out rows of a file without splits
+            load_rows(str(path), **fields, system_prompt="new")
+    said = [r.getMessage() for r in caplog.records if "system_prompt replaced" in r.getMessage()]
+    assert said == [
+        f"dataset {str(path)!r}: data.system_prompt replaced the system message of 1 of 2 chat prompts; set "
+        "data.system_prompt=null to keep the rows' own"
+    ]
+
+
 def test_save_to_disk_dataset_dict_selects_split(tmp_path):
     splits = datasets.DatasetDict(
         {

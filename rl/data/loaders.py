@@ -101,6 +101,7 @@ def load_rows(
     skipped: Counter[str] = Counter()
     examined = 0
     columns_seen: list[str] = []  # the first record's columns, to name them when no row is usable
+    replaced = 0  # chat-message rows whose own system message data.system_prompt replaced
     for index, record in enumerate(records):
         if limit is not None and len(rows) >= limit:
             break
@@ -115,6 +116,7 @@ def load_rows(
             skipped[bad.reason] += 1
             continue
         rows.append(PromptRow(prompt_id=f"{prefix}-{index}", prompt=prompt, answer=answer, columns=columns))
+        replaced += system_prompt is not None and _has_system_message(_lookup(record, prompt_field))
 
     if not rows:
         if not skipped:
@@ -128,11 +130,24 @@ def load_rows(
         raise ValueError(f"no usable rows in dataset {label!r} (split {split!r}); skipped {dict(skipped)}{fields}")
     if skipped:
         reasons = ", ".join(f"{reason}={n}" for reason, n in sorted(skipped.items()))
-        said = f"dataset {label!r}: skipped {sum(skipped.values())} of {examined} rows ({reasons})"
-        if said not in _SAID:  # a file without splits is read for training and for held-out rows: said once
-            _SAID.add(said)
-            logger.warning(said)
+        _say_once(f"dataset {label!r}: skipped {sum(skipped.values())} of {examined} rows ({reasons})")
+    if replaced:
+        _say_once(
+            f"dataset {label!r}: data.system_prompt replaced the system message of {replaced} of {len(rows)} chat "
+            "prompts; set data.system_prompt=null to keep the rows' own"
+        )
     return LoadResult(rows=rows, skipped=dict(skipped))
+
+
+def _say_once(said: str) -> None:
+    """Warn of ``said`` once per process: a file without splits is read for training and for held-out rows."""
+    if said not in _SAID:
+        _SAID.add(said)
+        logger.warning(said)
+
+
+def _has_system_message(raw: Any) -> bool:
+    return _is_messages(raw) and any(m["role"] == "system" for m in raw)
 
 
 def _open(source: str, split: str, subset: str | None) -> tuple[Iterable[Any], str]:
