@@ -225,6 +225,7 @@ def test_rl_bench_rollout_shows_progress_and_sigterm_stops_it_and_its_engine(tin
     text = log.read_text()
     assert_quiet(text, 60)
     assert "engine up in" in text and "\r" not in text
+    assert text.splitlines()[-1] == "terminated", text[-500:]  # said, as Ctrl-C's "interrupted" is
     lines = [line for line in text.splitlines() if line.startswith("bench: pass ")]
     assert lines[0].startswith("bench: pass 1/100 (") and ": plain repeat 0: " in lines[0], lines
     last = int(re.match(r"bench: pass (\d+)/100 \(", lines[-1]).group(1))  # where the signal stopped it

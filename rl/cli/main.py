@@ -345,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C where no stop handler is in place (checks, a bench between runs)
         print("interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+    except Terminated as e:  # kill, where no stop handler is in place: said as Ctrl-C is
+        print("terminated", file=sys.stderr)
+        return int(e.code or 0)
 
 
 def start_logging(verbose: bool) -> None:
