@@ -131,7 +131,7 @@ def test_run_summary_is_short_and_writes_the_json(tmp_path):
     faults = {"rollout_errors": 2, "reward_failures": {"timeout": 1}, "dropped_groups": {"stale": 7}}
     text = run_summary({**summary, **faults}, tmp_path)
     assert text.splitlines()[0] == "held-out accuracy: 0.250 -> 0.500 in 12 s of training (3 steps)"
-    assert "rollout errors 2" in text and "reward timeout 1" in text and "stale" not in text
+    assert "rollout errors 2" in text and "reward calls timed out 1" in text and "stale" not in text
     assert '"rollout_errors": 2' in (tmp_path / "summary.json").read_text()
     run_summary({**summary, "accuracy_after": float("nan"), "stopped_by": "SIGTERM"}, tmp_path)
 
