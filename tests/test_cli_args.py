@@ -18,7 +18,14 @@ def test_an_unknown_option_or_word_is_still_refused(capsys):
         with pytest.raises(SystemExit) as stop:
             parse_args(argv)
         assert stop.value.code == 2
-    assert "unrecognized arguments: x" in capsys.readouterr().err
+    assert "rl bench peer: unrecognized arguments: x; rl bench peer -h lists the options" in capsys.readouterr().err
+
+
+def test_an_unknown_option_is_said_by_the_command_that_lists_its_options(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["eval", "builtin:arith-tiny", "--num-problems", "3"])
+    said = "rl eval: unrecognized arguments: --num-problems 3; rl eval -h lists the options\n"
+    assert capsys.readouterr().err == said
 
 
 def test_a_run_the_driver_stops_is_one_line_and_exit_code_1(tmp_path, monkeypatch, capsys):

@@ -220,6 +220,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}; {self.prog} -h lists the options\n")
 
 
+class _CommandParser(_Parser):
+    """A subcommand's parser (``rl eval``, ``rl bench rollout``). It takes ``key=value`` overrides after the options
+    too (argparse alone takes them only before: ``rl bench peer arith_tiny --seeds 0 eval.every=0`` would fail), and
+    says anything else unknown itself, so the line names the command whose ``-h`` lists what it takes (argparse
+    leaves that to the top parser: ``rl -h``)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and hasattr(parsed, "overrides") and all("=" in a and not a.startswith("-") for a in extras):
+            parsed.overrides += extras
+        elif extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, []
+
+
 class _Version(argparse.Action):
     """``rl --version``: read from the installed packages only when asked (~50 ms)."""
 
@@ -236,7 +253,7 @@ class _Version(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rl", description="Tailor: asynchronous RL post-training")
     parser.add_argument("--version", action=_Version, help="Tailor's version and its stack's (vLLM, torch, Ray, ...)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     train = sub.add_parser("train", help="train with a recipe, or continue a run (--resume RUN_DIR)")
     train.add_argument("recipe", nargs="?", help="recipe YAML path or bundled recipe name (e.g. arith_tiny)")
     train.add_argument("overrides", nargs="*", help="key.path=value overrides")
@@ -365,15 +382,8 @@ def start_logging(verbose: bool) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The command line, with ``key=value`` overrides accepted after the options too (argparse alone takes them only
-    before: ``rl bench peer arith_tiny --seeds 0 eval.every=0`` would fail)."""
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and hasattr(args, "overrides") and all("=" in a and not a.startswith("-") for a in extra):
-        args.overrides += extra
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args
+    """The command line, as ``build_parser`` reads it."""
+    return build_parser().parse_args(argv)
 
 
 if __name__ == "__main__":
