@@ -10,7 +10,14 @@ from rl.cli.common import recipe_path
 from rl.config import load_config
 from rl.data.arith import make_split
 from rl.evaluation.held_out import ProblemRecord, k_values, pass_at_k, summarize
-from rl.evaluation.offline import EvalSettings, engine_spec, recipe_for_dataset, resolve_eval_model, run_eval
+from rl.evaluation.offline import (
+    EvalSettings,
+    engine_spec,
+    recipe_for_dataset,
+    resolve_eval_model,
+    run_config_of,
+    run_eval,
+)
 from rl.output.console import eval_line
 from rl.rewards.math import arith_exact, arith_steps
 
@@ -91,6 +98,38 @@ def test_resolve_eval_model(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="neither"):
         resolve_eval_model(str(tmp_path))
     assert resolve_eval_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"  # hub names pass
+
+
+def test_a_checkpoint_of_a_run_is_evaluated_with_the_runs_config_and_held_out_rows(tmp_path, monkeypatch):
+    """``rl eval RUN/checkpoints/step_N`` (an HF directory) frames, scores and splits as the run does, as ``rl eval
+    RUN`` does; it asked for --dataset before. An HF directory outside a run's checkpoints has no run config."""
+    import shutil
+
+    import rl.evaluation.offline as offline
+    from rl.cli.main import main
+    from rl.config import RunConfig
+    from rl.inputs.preflight import BadInput
+    from rl.loop.checkpoint import save_config
+
+    run = tmp_path / "runs" / "r"
+    cfg = load_config(recipe_path("arith_tiny"), [f"output_dir={run.parent}", "name=r", "data.system_prompt=Add."])
+    save_config(cfg)
+    checkpoint = run / "checkpoints" / "step_000020"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "config.json").write_text("{}")
+    assert run_config_of(str(checkpoint)) == run_config_of(str(run)) == run / "config.yaml"
+    shutil.copytree(checkpoint, tmp_path / "hf")
+    assert run_config_of(str(tmp_path / "hf")) is None and run_config_of(str(run / "checkpoints")) is None
+    seen: list[tuple[RunConfig, EvalSettings]] = []
+
+    def inputs(cfg, settings):
+        seen.append((cfg, settings))
+        raise BadInput("stop here")
+
+    monkeypatch.setattr(offline, "eval_inputs", inputs)
+    assert main(["eval", str(checkpoint)]) == 2
+    ((used, settings),) = seen
+    assert used.data.system_prompt == "Add." and settings.as_trained and settings.model == str(checkpoint)
 
 
 def test_an_engine_for_a_recipe_made_for_a_larger_model_fits_the_model():

@@ -113,14 +113,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         eval_inputs,
         recipe_for_dataset,
         resolve_eval_model,
+        run_config_of,
         run_eval,
         same_source,
     )
     from rl.inputs.preflight import check_output_dir
 
-    run_config = Path(args.model) / "config.yaml"  # a run directory: its own framing, rewards and data
-    if not run_config.is_file() or (Path(args.model) / "config.json").exists():
-        run_config = None
+    run_config = run_config_of(args.model)  # a run or one of its checkpoints: its own framing, rewards and data
     if args.dataset is None and run_config is None:
         resolve_eval_model(args.model)  # a path that is no model or run says so first (BadInput)
         print("rl eval: give --dataset (arith, a preset, a hub dataset or a file) for a model", file=sys.stderr)
@@ -164,7 +163,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _add_eval(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="pass@k, reward and response lengths of a model or checkpoint on a dataset")
-    ev.add_argument("model", help="builtin:NAME, an HF model directory, or a run directory (its latest checkpoint)")
+    ev.add_argument(
+        "model", help="builtin:NAME, an HF model directory, a run directory (its latest checkpoint) or a checkpoint"
+    )
     ev.add_argument(
         "--dataset", help="arith, a preset (gsm8k, math, math500, ...), hub name or file (default: a run's own data)"
     )

@@ -31,7 +31,7 @@ from rl.inputs.preflight import (
     prompt_encoder,
 )
 from rl.inputs.prompting import PromptEncoder
-from rl.loop.checkpoint import complete_checkpoints
+from rl.loop.checkpoint import CHECKPOINTS, CONFIG_FILE, complete_checkpoints
 from rl.models import BUILTIN_PREFIX
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
@@ -64,6 +64,19 @@ def resolve_eval_model(name: str) -> str:
             )
         return str(saved[-1])
     return check_model_path(name, "model")
+
+
+def run_config_of(model: str) -> Path | None:
+    """The saved config of the run ``model`` belongs to: a run directory, or one of its checkpoints
+    (``RUN/checkpoints/step_N``, so any step of a run is evaluated as the run itself is); None for anything else."""
+    path = Path(model).expanduser()
+    if not (path / "config.json").exists():
+        run = path
+    elif path.parent.name == CHECKPOINTS and path.name[5:].isdigit():
+        run = path.parent.parent
+    else:
+        return None
+    return run / CONFIG_FILE if (run / CONFIG_FILE).is_file() else None
 
 
 @dataclass
