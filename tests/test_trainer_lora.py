@@ -5,7 +5,7 @@ the trainer's log-probs is tested in test_weight_sync.py."""
 import pytest
 import torch
 from rl.trainer.engine import TrainerSpec
-from rl.trainer.fsdp_engine import ADAPTER_FILE, FSDPEngine
+from rl.trainer.fsdp_engine import ADAPTER_DIR, FSDPEngine
 from small_runs import small_run
 from synthetic import make_groups
 from transformers import AutoModelForCausalLM
@@ -40,6 +40,25 @@ def test_only_the_adapters_train_and_the_merged_weights_are_the_adapted_policy(t
         assert torch.allclose(plain(ids).logits, engine.model(input_ids=ids).logits, atol=1e-5)
 
 
+def test_a_lora_checkpoint_is_an_hf_model_and_a_peft_adapter(tiny_model_dir, tmp_path):
+    """The checkpoint's only top-level weights are the merged model (vLLM loads every ``*.safetensors`` there: an
+    adapter file beside it stopped ``rl eval RUN`` of a LoRA run); its adapter folder is one PEFT loads."""
+    from peft import PeftModel
+
+    engine = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-2, lora=LORA))
+    engine.train_step(make_groups(4, 0))
+    engine.save(str(tmp_path / "ckpt"))
+    assert [p.name for p in (tmp_path / "ckpt").glob("*.safetensors")] == ["model.safetensors"]
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt", dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
+    with torch.no_grad():
+        untrained = base(ids).logits
+        adapted = PeftModel.from_pretrained(base, tmp_path / "ckpt" / ADAPTER_DIR)(ids).logits
+        assert torch.allclose(merged(ids).logits, adapted, atol=1e-5)
+        assert not torch.allclose(untrained, adapted, atol=1e-5)  # the step moved the policy
+
+
 def test_a_lora_checkpoint_continues_exactly(tiny_model_dir, tmp_path):
     spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, lora=LORA)
     trained = FSDPEngine(spec)
@@ -69,7 +88,8 @@ def test_a_lora_run_serves_the_adapter_syncs_and_checkpoints(ray_session, tiny_m
     # report in a later step's record)
     assert all(r["logprob_gap"] < 1e-3 for r in train)  # base + adapter in vLLM = the trainer's PEFT model
     checkpoint = latest_checkpoint(tmp_path / "lora")
-    assert (checkpoint / ADAPTER_FILE).is_file() and (checkpoint / "model.safetensors").is_file()
+    assert (checkpoint / ADAPTER_DIR / "adapter_model.safetensors").is_file()
+    assert [p.name for p in checkpoint.glob("*.safetensors")] == ["model.safetensors"]
 
 
 def test_auto_lora_sync_is_merged_on_cpu_and_adapter_on_gpus(monkeypatch, tmp_path):

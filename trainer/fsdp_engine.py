@@ -61,7 +61,9 @@ def _left_pad(values: torch.Tensor, n: int) -> torch.Tensor:
     return torch.nn.functional.pad(values, (n, 0)) if n else values
 
 
-ADAPTER_FILE = "adapter.safetensors"  # a LoRA checkpoint's trained tensors, by the engine's parameter names
+ADAPTER_DIR = "adapter"  # a LoRA checkpoint's adapter in PEFT's layout (PeftModel.from_pretrained reads it), a
+# folder of its own: vLLM loads every *.safetensors file beside config.json as the model's weights
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def _with_adapters(model: torch.nn.Module, lora: LoraConfig) -> torch.nn.Module:
@@ -449,9 +451,8 @@ class FSDPEngine:
         os.makedirs(path, exist_ok=True)
         self.model.config.save_pretrained(path)
         save_file(weights, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
-        if self.spec.lora is not None:  # the merged model above is for rl eval; training continues from these
-            adapters = {n: p.detach().cpu().contiguous() for n, p in self.model.named_parameters() if p.requires_grad}
-            save_file(adapters, os.path.join(path, ADAPTER_FILE))
+        if self.spec.lora is not None:  # the merged model above is what rl eval serves; training resumes from these
+            self._save_adapter(os.path.join(path, ADAPTER_DIR))
         AutoTokenizer.from_pretrained(self.spec.model).save_pretrained(path)
         rng = {
             "cpu": torch.get_rng_state(),
@@ -472,12 +473,11 @@ class FSDPEngine:
             set_optimizer_state_dict,
         )
 
-        state = load_file(os.path.join(path, ADAPTER_FILE if self.spec.lora is not None else "model.safetensors"))
-        missing = {n for n, p in self.model.named_parameters() if p.requires_grad} - set(state)
-        if missing:
-            raise ValueError(f"{path}: the checkpoint lacks {sorted(missing)[:3]}")
         options = StateDictOptions(full_state_dict=True, strict=False)
-        set_model_state_dict(self.model, state, options=options)
+        if self.spec.lora is not None:
+            self._load_adapter(os.path.join(path, ADAPTER_DIR))
+        else:
+            set_model_state_dict(self.model, load_file(os.path.join(path, "model.safetensors")), options=options)
         extra = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
         set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=extra["optimizer"], options=options)
         self.version = extra["version"]
@@ -485,6 +485,25 @@ class FSDPEngine:
         if extra["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(extra["rng"]["cuda"])
         return self.version
+
+    def _save_adapter(self, folder: str) -> None:
+        """The LoRA adapter as PEFT saves one: ``adapter_config.json`` and its tensors by PEFT's names."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        self.model.peft_config["default"].save_pretrained(folder)
+        tensors = {n: t.detach().cpu().contiguous() for n, t in get_peft_model_state_dict(self.model).items()}
+        save_file(tensors, os.path.join(folder, ADAPTER_WEIGHTS), metadata={"format": "pt"})
+
+    def _load_adapter(self, folder: str) -> None:
+        """Set the LoRA adapter from ``_save_adapter``'s folder; a ``ValueError`` naming what it lacks."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        loaded = set_peft_model_state_dict(self.model, load_file(os.path.join(folder, ADAPTER_WEIGHTS)))
+        missing = [k for k in loaded.missing_keys if "lora_" in k]
+        if missing:
+            raise ValueError(f"{folder}: the checkpoint lacks {sorted(missing)[:3]}")
 
     def state_digest(self) -> str:
         """SHA-256 over every parameter and AdamW state tensor, whole, by name: equal digests mean equal states

@@ -7,6 +7,7 @@ Layout of a run directory::
     metrics.jsonl                  one line per record; a resume truncates it to the checkpoint's step
     checkpoints/step_000040/       one complete checkpoint
         model.safetensors, config.json, tokenizer files   the HF model (what ``rl eval`` and vLLM read)
+        adapter/                   with LoRA: the adapter, as PEFT saves one (what a resume trains on)
         trainer_state.pt           optimizer state, trainer version, torch RNG (written by trainer rank 0)
         shaping.pkl                the shaping policy and the idle governor (length EMAs, TIE fits, budgets)
         driver.json                the prompt stream, counters, metrics clock, the run's settings and data digest
