@@ -5,13 +5,13 @@ the trainer's log-probs is tested in test_weight_sync.py."""
 import pytest
 import torch
 from rl.trainer.engine import TrainerSpec
-from rl.trainer.fsdp_engine import ADAPTER_DIR, FSDPEngine
+from rl.trainer.fsdp_engine import FSDPEngine
 from small_runs import small_run
 from synthetic import make_groups
 from transformers import AutoModelForCausalLM
 
 from rl.config import LoraConfig
-from rl.loop.checkpoint import latest_checkpoint
+from rl.loop.checkpoint import ADAPTER_DIR, latest_checkpoint
 from rl.loop.driver import run_training
 from rl.output.metrics import read_records
 

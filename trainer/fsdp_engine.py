@@ -31,6 +31,7 @@ from rl.trainer.hooks import loss_hooks
 from rl.algorithm.losses import MAX_STATS, empty_stats, finalize_stats, merge_stats, policy_loss
 from rl.algorithm.off_policy import ess_lr_scale
 from rl.config import LoraConfig
+from rl.loop.checkpoint import ADAPTER_DIR, ADAPTER_WEIGHTS
 from rl.types import Group
 
 
@@ -59,11 +60,6 @@ def even_chunks(rows: list[Row], k: int) -> list[list[Row]]:
 def _left_pad(values: torch.Tensor, n: int) -> torch.Tensor:
     """``values`` [B, L] preceded by ``n`` zero columns."""
     return torch.nn.functional.pad(values, (n, 0)) if n else values
-
-
-ADAPTER_DIR = "adapter"  # a LoRA checkpoint's adapter in PEFT's layout (PeftModel.from_pretrained reads it), a
-# folder of its own: vLLM loads every *.safetensors file beside config.json as the model's weights
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
 def _with_adapters(model: torch.nn.Module, lora: LoraConfig) -> torch.nn.Module:

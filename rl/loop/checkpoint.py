@@ -48,6 +48,9 @@ CONFIG_FILE = "config.yaml"
 DRIVER_STATE = "driver.json"
 SHAPING_STATE = "shaping.pkl"
 REQUIRED = ("model.safetensors", "config.json", "trainer_state.pt", SHAPING_STATE, DRIVER_STATE)
+ADAPTER_DIR = "adapter"  # with LoRA: the adapter as PEFT saves one, what a resume trains on (not beside the model:
+# vLLM loads every *.safetensors file beside config.json as the model's weights)
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 # config keys a resume may change: how long to train, how often to save and evaluate, where and how wide things
 # run. Anything else (model, data, seed, batch, algorithm, shaping, ...) would break the run's continuity.
 RESUMABLE = (
@@ -187,6 +190,11 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
         raise CheckpointError(
             f"{run_dir / CONFIG_FILE} changed since {checkpoint.name} was written: {changed}; restore it or start a "
             "new run"
+        )
+    if cfg.train.lora is not None and not (checkpoint / ADAPTER_DIR / ADAPTER_WEIGHTS).is_file():
+        raise CheckpointError(
+            f"{checkpoint}: no LoRA adapter ({ADAPTER_DIR}/{ADAPTER_WEIGHTS}), which a LoRA run resumes from; resume "
+            "from a checkpoint that has one, or start a new run with model.path set to this checkpoint"
         )
     if (step := saved["version"]) >= cfg.train.max_steps:
         raise CheckpointError(
