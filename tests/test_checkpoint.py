@@ -79,14 +79,16 @@ def test_resume_refuses_with_one_line(tmp_path, setup, overrides, message):
 
 
 def test_a_lora_run_resumes_only_from_a_checkpoint_holding_its_adapter(tmp_path):
-    """Without it the trainer rank raised FileNotFoundError once started (a traceback); now one line before."""
+    """By --resume or the same command again. Without it the trainer rank raised FileNotFoundError once started
+    (a traceback); now one line before."""
     cfg = _run(tmp_path, "train.max_steps=30", "train.lora.rank=4")
     path = _write_checkpoint(cfg, 10)
-    with pytest.raises(CheckpointError, match=r"step_000010: no LoRA adapter \(adapter/adapter_model.safetensors\)"):
-        resume_config(cfg.run_dir, [])
+    for resume in (lambda: resume_config(cfg.run_dir, []), lambda: checkpoint.unfinished_run(cfg)):
+        with pytest.raises(CheckpointError, match=r"step_000010: no LoRA adapter \(adapter/adapter_model.safetensors"):
+            resume()
     (path / checkpoint.ADAPTER_DIR).mkdir()
     (path / checkpoint.ADAPTER_DIR / checkpoint.ADAPTER_WEIGHTS).write_text("x")
-    assert resume_config(cfg.run_dir, [])[1] == path
+    assert resume_config(cfg.run_dir, [])[1] == checkpoint.unfinished_run(cfg) == path
 
 
 def test_a_new_run_over_an_old_one_starts_over(tmp_path, caplog):

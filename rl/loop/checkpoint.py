@@ -191,11 +191,7 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
             f"{run_dir / CONFIG_FILE} changed since {checkpoint.name} was written: {changed}; restore it or start a "
             "new run"
         )
-    if cfg.train.lora is not None and not (checkpoint / ADAPTER_DIR / ADAPTER_WEIGHTS).is_file():
-        raise CheckpointError(
-            f"{checkpoint}: no LoRA adapter ({ADAPTER_DIR}/{ADAPTER_WEIGHTS}), which a LoRA run resumes from; resume "
-            "from a checkpoint that has one, or start a new run with model.path set to this checkpoint"
-        )
+    check_adapter(cfg, checkpoint)
     if (step := saved["version"]) >= cfg.train.max_steps:
         raise CheckpointError(
             f"{checkpoint}: the run already reached step {step} (train.max_steps={cfg.train.max_steps}); raise "
@@ -230,6 +226,7 @@ def unfinished_run(cfg: RunConfig) -> Path | None:
             f"command would not continue ({changed}); continue it with rl train --resume "
             f"{shlex.quote(str(cfg.run_dir))}, or give this run another name= or output_dir="
         )
+    check_adapter(cfg, checkpoint)
     log_new_settings(then, cfg, checkpoint)
     log.info(
         "%s holds this run, stopped at step %d of %d: continuing it from %s (another name= starts a new one)",
@@ -239,6 +236,15 @@ def unfinished_run(cfg: RunConfig) -> Path | None:
         checkpoint.name,
     )
     return checkpoint
+
+
+def check_adapter(cfg: RunConfig, checkpoint: Path) -> None:
+    """A LoRA run resumes from its checkpoint's adapter: ``CheckpointError`` (one line) where it has none."""
+    if cfg.train.lora is not None and not (checkpoint / ADAPTER_DIR / ADAPTER_WEIGHTS).is_file():
+        raise CheckpointError(
+            f"{checkpoint}: no LoRA adapter ({ADAPTER_DIR}/{ADAPTER_WEIGHTS}), which a LoRA run resumes from; resume "
+            "from a checkpoint that has one, or start a new run with model.path set to this checkpoint"
+        )
 
 
 def settings_then(checkpoint: Path, saved: dict[str, Any], config_file: Path) -> dict[str, Any] | None:
