@@ -103,3 +103,21 @@ def test_a_sigterm_while_a_reward_imports_still_stops_the_command(tmp_path):
     with pytest.raises(Terminated) as stopped:
         load_reward_fn(f"{tmp_path / 'signalled.py'}:r")
     assert stopped.value.code == 143
+
+
+def test_an_overlong_penalty_beyond_the_response_cap_is_refused_or_warned_of(caplog):
+    """DAPO's penalty ends at the cap: one starting past ``rollout.max_tokens`` would score every response 0 (a
+    no-op, refused); one ending past it never reaches -1 (a warning); one ending at or before it is silent."""
+    from rl.inputs.preflight import BadInput, check_overlong_reach
+
+    with pytest.raises(
+        BadInput, match=r"never applies: its penalty starts after 900 tokens, .* e\.g\. overlong\(40,8\)"
+    ):
+        check_overlong_reach("overlong(1000, 100)", 40)
+    with caplog.at_level("WARNING", logger="rl.preflight"):
+        check_overlong_reach("overlong(50,20)", 40)
+        check_overlong_reach("overlong(40,8)", 40)
+        check_overlong_reach("overlong(30,8)", 40)
+        check_overlong_reach("arith_exact", 40)
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith("reward 'overlong(50,20)' reaches at most -0.50, not -1") and "overlong(40,20)" in said

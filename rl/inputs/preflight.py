@@ -24,7 +24,7 @@ from rl.inputs import hub
 from rl.inputs.prompting import PromptEncoder
 from rl.models import BUILTIN_MODELS, BUILTIN_PREFIX, resolve_model
 from rl.rewards.hooks import CallLog, RewardState
-from rl.rewards.loading import load_reward_fn
+from rl.rewards.loading import load_reward_fn, overlong_lengths
 from rl.rewards.pool import RESERVED_KEYWORDS, TRL_HOOKS, call_reward, reward_values
 from rl.rollout.cpu_cores import local_cores
 from rl.types import PromptRow, Sample
@@ -112,7 +112,33 @@ def load_rewards(cfg: RunConfig) -> list[tuple[str, Callable[..., Any]]]:
             loaded.append((reward.fn, load_reward_fn(reward.fn)))
         except ValueError as e:
             raise BadInput(f"reward.functions: {e}") from None
+        check_overlong_reach(reward.fn, cfg.rollout.max_tokens)
     return loaded
+
+
+def check_overlong_reach(spec: str, max_tokens: int) -> None:
+    """DAPO's overlong penalty is meant to end at the response cap (MAX_LEN = ``rollout.max_tokens``): one that
+    starts beyond the cap never applies (``BadInput``); one that ends beyond it never reaches -1 (a warning)."""
+    lengths = overlong_lengths(spec)
+    if lengths is None:
+        return
+    max_len, buffer_len = lengths
+    fits = f"overlong({max_tokens},{buffer_len if buffer_len < max_tokens else max(1, max_tokens // 5)})"
+    if max_len - buffer_len >= max_tokens:
+        raise BadInput(
+            f"reward {spec!r} never applies: its penalty starts after {max_len - buffer_len} tokens, and no response "
+            f"is longer than rollout.max_tokens={max_tokens}; end it at the cap, e.g. {fits}"
+        )
+    if max_len > max_tokens:
+        log.warning(
+            "reward %r reaches at most %.2f, not -1: it ends at %d tokens and responses stop at rollout.max_tokens=%d "
+            "(DAPO ends it at the cap, e.g. %s)",
+            spec,
+            (max_len - buffer_len - max_tokens) / buffer_len,
+            max_len,
+            max_tokens,
+            fits,
+        )
 
 
 def check_model_path(path: str, key: str = "model.path", weights: bool = True) -> str:

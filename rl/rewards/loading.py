@@ -25,6 +25,12 @@ _OVERLONG = re.compile(r"overlong\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 RewardSpec = str | RewardModelSpec  # what a reward pool is given, one per weighted reward
 
 
+def overlong_lengths(spec: str) -> tuple[int, int] | None:
+    """``(MAX_LEN, BUFFER_LEN)`` of an ``overlong(MAX_LEN,BUFFER_LEN)`` spec; None for any other spec."""
+    found = _OVERLONG.fullmatch(spec.strip())
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 def load_reward_fn(spec: RewardSpec, base_dir: str | Path | None = None) -> Callable:
     """Return the reward function named by ``spec``.
 
@@ -41,12 +47,12 @@ def load_reward_fn(spec: RewardSpec, base_dir: str | Path | None = None) -> Call
         except Exception as e:
             raise ValueError(f"reward {spec}: cannot load it ({type(e).__name__}: {e})") from e
     spec = spec.strip()
-    overlong = _OVERLONG.fullmatch(spec)
+    overlong = overlong_lengths(spec)
     if overlong:
         from rl.rewards.math import overlong_penalty
 
         try:
-            return overlong_penalty(int(overlong.group(1)), int(overlong.group(2)))
+            return overlong_penalty(*overlong)
         except ValueError as e:
             raise ValueError(f"reward spec {spec!r}: {e}") from e
     target = BUILTINS.get(spec, spec)
