@@ -44,6 +44,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg, resume = built
     from rl.inputs.preflight import BadInput, check_output_dir, preflight
 
+    if args.resume is None:  # a resumed run's saved config gives every setting, the unused ones said at its start
+        from rl.inputs.inert_settings import warn_of_inert_settings
+
+        warn_of_inert_settings(cfg)
+
     check_output_dir(cfg.output_dir, f"output_dir {cfg.output_dir!r}")  # first: it takes no time
     inputs = preflight(cfg)  # bad input: one line from main()
     from rl.inputs.memory_plan import apply_memory_plan

@@ -1,0 +1,62 @@
+"""Settings a run was given that its other settings leave unused (``algorithm.kl_estimator`` without a KL term,
+DARTS's knobs under ``shaping.policy=plain``): said in one warning before a new run starts, so that a value set on
+purpose is not taken for one at work. Only settings the recipe or the command line gave count, not defaults."""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import BaseModel
+
+from rl.config import RunConfig
+
+DARTS_KNOBS = (
+    "max_redundancy",
+    "min_redundancy",
+    "long_slots",
+    "long_wait",
+    "spare_gate",
+    "idle_target",
+    "warmup_steps",
+    "priority",
+    "tie_beta",
+)
+SART_KNOBS = ("alpha", "beta", "scorer")
+MODEL_SCORER_KNOBS = ("scorer_model", "scorer_gpus")
+TOOL_KNOBS = ("max_tool_calls", "tool_timeout_s")
+log = logging.getLogger("rl.config")
+
+
+def inert_settings(cfg: RunConfig) -> list[str]:
+    """``KEY (only with WHAT)`` for each setting given that does nothing with the run's other settings."""
+    a, s, r, ro = cfg.algorithm, cfg.shaping, cfg.reward, cfg.rollout
+    rules: list[tuple[str, BaseModel, str, bool, str]] = [
+        ("algorithm", a, "norm_len", a.agg != "seq-mean-token-sum-norm", "algorithm.agg=seq-mean-token-sum-norm"),
+        ("algorithm", a, "correction_cap", a.correction == "none", "an algorithm.correction"),
+        ("algorithm", a, "kl_estimator", a.kl_coef == 0, "algorithm.kl_coef above 0"),
+        ("algorithm", a, "dynamic_sampling_max_factor", not a.dynamic_sampling, "algorithm.dynamic_sampling=true"),
+        ("reward", r, "timeout_s", r.num_workers == 0, "reward.num_workers of 1 or more"),
+        ("shaping", s, "avg_redundancy", s.policy == "plain", "a shaping.policy other than plain"),
+        *[("shaping", s, k, "darts" not in s.policy, "shaping.policy=darts or darts+sart") for k in DARTS_KNOBS],
+        *[("shaping", s, k, "sart" not in s.policy, "shaping.policy=sart or darts+sart") for k in SART_KNOBS],
+        *[
+            ("shaping", s, k, not s.scorer_worker, "shaping.scorer=lm-confidence or reward-model")
+            for k in MODEL_SCORER_KNOBS
+        ],
+        ("shaping", s, "progress_every_tokens", s.progress_tokens == 0, "SART or shaping.long_wait"),
+        *[
+            ("rollout", ro, k, not (ro.tools or ro.environment), "rollout.tools or rollout.environment")
+            for k in TOOL_KNOBS
+        ],
+    ]
+    return [
+        f"{section}.{key} (only with {needs})"
+        for section, model, key, unused, needs in rules
+        if unused and key in model.model_fields_set
+    ]
+
+
+def warn_of_inert_settings(cfg: RunConfig) -> None:
+    """One warning naming every setting ``inert_settings`` finds; nothing where there is none."""
+    if unused := inert_settings(cfg):
+        log.warning("settings that do nothing in this run: %s", ", ".join(unused))

@@ -1,0 +1,54 @@
+"""Settings given that the run's other settings leave unused are said in one warning; defaults and used ones not."""
+
+import glob
+
+import pytest
+
+from rl.cli.common import recipe_path
+from rl.config import load_config
+from rl.inputs.inert_settings import inert_settings, warn_of_inert_settings
+
+
+@pytest.mark.parametrize(
+    ("overrides", "unused"),
+    [
+        (["algorithm.kl_estimator=k1"], ["algorithm.kl_estimator (only with algorithm.kl_coef above 0)"]),
+        (["algorithm.kl_estimator=k1", "algorithm.kl_coef=0.01"], []),
+        (["algorithm.norm_len=100"], ["algorithm.norm_len (only with algorithm.agg=seq-mean-token-sum-norm)"]),
+        (["algorithm.correction_cap=3"], ["algorithm.correction_cap (only with an algorithm.correction)"]),
+        (["algorithm.correction_cap=3", "algorithm.correction=tis-token", "algorithm.decoupled=true"], []),
+        (
+            ["algorithm.dynamic_sampling_max_factor=2"],
+            ["algorithm.dynamic_sampling_max_factor (only with algorithm.dynamic_sampling=true)"],
+        ),
+        (
+            ["reward.num_workers=0", "reward.timeout_s=3"],
+            ["reward.timeout_s (only with reward.num_workers of 1 or more)"],
+        ),
+        (["shaping.long_wait=1.2"], ["shaping.long_wait (only with shaping.policy=darts or darts+sart)"]),
+        (["shaping.policy=darts", "shaping.long_wait=1.2", "shaping.progress_every_tokens=8"], []),
+        (
+            ["shaping.policy=darts", "shaping.progress_every_tokens=8"],
+            ["shaping.progress_every_tokens (only with SART or shaping.long_wait)"],
+        ),
+        (
+            ["shaping.policy=darts", "shaping.alpha=0.5"],
+            ["shaping.alpha (only with shaping.policy=sart or darts+sart)"],
+        ),
+        (
+            ["shaping.policy=sart", "shaping.scorer_gpus=0.5"],
+            ["shaping.scorer_gpus (only with shaping.scorer=lm-confidence or reward-model)"],
+        ),
+        (["rollout.max_tool_calls=2"], ["rollout.max_tool_calls (only with rollout.tools or rollout.environment)"]),
+    ],
+)
+def test_a_setting_given_that_does_nothing_is_named_with_what_it_needs(overrides, unused):
+    assert inert_settings(load_config(recipe_path("arith_tiny"), overrides)) == unused
+
+
+def test_no_bundled_recipe_gives_a_setting_it_does_not_use(caplog):
+    """Nor is a default one said: only what a recipe or the command line gave counts."""
+    with caplog.at_level("WARNING", logger="rl.config"):
+        for recipe in sorted(glob.glob(str(recipe_path("arith_tiny").parent / "*.yaml"))):
+            warn_of_inert_settings(load_config(recipe))
+    assert not caplog.records
