@@ -647,6 +647,13 @@ COMMANDS = [
         "argument --temperature: must be 0 (greedy) or more, got -1",
         USAGE,
     ),
+    (  # sampled the greedy response 4 times and printed pass@2 and pass@4 equal to pass@1
+        "eval_samples_at_greedy",
+        lambda t: ["eval", "builtin:arith-tiny", "--dataset", "arith", "--samples", "4", "--temperature", "0"],
+        2,
+        "bad input: --samples 4 at --temperature 0 (greedy) is one response 4 times, and its pass@k is pass@1",
+        1,
+    ),
     (  # evaluated the training rows
         "eval_arith_unknown_split",
         lambda t: ["eval", "builtin:arith-tiny", "--dataset", "arith", "--split", "validation"],

@@ -96,6 +96,12 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
     problem a one-line ``BadInput`` before any engine starts."""
     if settings.cpu_threads_bind:
         check_local_cores(settings.cpu_threads_bind, "--cpu-bind")
+    if settings.samples > 1 and settings.temperature == 0:
+        raise BadInput(
+            f"--samples {settings.samples} at --temperature 0 (greedy) is one response {settings.samples} times, "
+            "and its pass@k is pass@1; give a --temperature above 0 (without one: the recipe's rollout.temperature) "
+            "or --samples 1"
+        )
     model_dir = resolve_eval_model(settings.model)
     data = cfg.data.model_copy(update={"limit": settings.limit}) if settings.limit else cfg.data
     try:
