@@ -148,14 +148,14 @@ def test_peer_vllm_without_a_gpu_is_refused_before_anything_runs(monkeypatch, ca
 
 def test_a_trl_process_that_fails_stops_the_bench_in_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
     import rl.bench.peer
-    from rl.bench.trl_peer import PeerFailed
+    from rl.bench.stopped import BenchStopped
 
     def fails(recipe, opts):
-        raise PeerFailed("TRL's process failed (exit 1): python -m rl.bench.trl_standalone ...")
+        raise BenchStopped("TRL's process failed (exit 1): python -m rl.bench.trl_standalone ...")
 
     monkeypatch.setattr(rl.bench.peer, "run_peer_bench", fails)
     assert main(["bench", "peer", "arith_tiny", "--seeds", "0", "--out", str(tmp_path), "--verbose"]) == 1
-    said = "TRL's process failed (exit 1): python -m rl.bench.trl_standalone ... (its output: above)"
+    said = "TRL's process failed (exit 1): python -m rl.bench.trl_standalone ...; its output: above"
     assert capsys.readouterr().err == f"rl bench peer stopped: {said}\n"
 
 

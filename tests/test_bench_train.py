@@ -84,3 +84,32 @@ def test_a_variant_stopped_by_sigterm_stops_the_bench(ray_session, rollout_worke
     steps = [r["step"] for r in read_records(metrics)[0] if r["kind"] == "train"]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) < 40  # stopped at a step boundary, early
     assert not (tmp_path / "b").exists() and not (tmp_path / "bench_train.json").exists()
+
+
+def test_a_variant_whose_run_stops_stops_the_bench_in_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """A run that stops itself (a reward failing a whole step) ended the bench in RunFailed's traceback."""
+    import rl.loop.driver
+    from rl.cli.main import main
+
+    def stops(cfg, **_):
+        raise rl.loop.driver.RunFailed("reward 'r' failed on all of the last 4 groups, a whole step", None)
+
+    monkeypatch.setattr(rl.loop.driver, "run_training", stops)
+    argv = [
+        "bench",
+        "train",
+        "arith_tiny",
+        "--steps",
+        "1",
+        "--variant",
+        "a:seed=1",
+        "--out",
+        str(tmp_path),
+        "--verbose",
+    ]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "rl bench train stopped: variant 'a' stopped: reward 'r' failed on all of the last 4 groups, a whole step "
+        f"(its run: {tmp_path / 'a'}); its output: above\n"
+    )

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from rl.bench.stopped import BenchStopped
 from rl.config import RunConfig, load_config
 from rl.output.provenance import stack_versions
 from rl.output.report import fmt, load_run, mean, series
@@ -165,13 +166,16 @@ def run_train_bench(
 ) -> tuple[list[dict[str, Any]], str]:
     """Train every variant in turn; write ``bench_train.json``, ``bench_train.md`` and ``bench_train.png``.
     ``start_actors``: how each variant's actors start (see ``Driver``; default: Ray actors of its own)."""
-    from rl.loop.driver import run_training
+    from rl.loop.driver import RunFailed, run_training
 
     configs = variant_configs(recipe, variants, common, out_dir)
     results = []
     for variant, cfg in configs:
         print(f"[bench train] {variant.name}: {' '.join(variant.overrides) or '(recipe as is)'}", flush=True)
-        summary = run_training(cfg, start_actors=start_actors)
+        try:
+            summary = run_training(cfg, start_actors=start_actors)
+        except RunFailed as e:
+            raise BenchStopped(f"variant {variant.name!r} stopped: {e} (its run: {cfg.run_dir})") from None
         if stopped := summary["stopped_by"]:  # SIGTERM/SIGINT stopped the variant: the bench stops too
             print(f"[bench train] {stopped} stopped {variant.name}: the bench stops, no results written", flush=True)
             raise SystemExit(128 + signal.Signals[stopped])

@@ -42,6 +42,7 @@ from transformers.trainer_callback import ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from rl import STARTING_ENVIRONMENT
+from rl.bench.stopped import BenchStopped
 from rl.config import RunConfig
 from rl.inputs.preflight import split_rows
 from rl.models import no_progress_bars, resolve_model
@@ -283,10 +284,6 @@ def standalone_command(
     return [*argv, *(["--vllm"] if vllm else []), "--out", str(out)]
 
 
-class PeerFailed(RuntimeError):
-    """TRL's process ended without a run (its own error is in its output)."""
-
-
 def run_trl_process(
     recipe: Path,
     overrides: list[str],
@@ -297,7 +294,7 @@ def run_trl_process(
     use_vllm: bool = False,
 ) -> PeerRun:
     """``train_trl`` in a fresh process of its own (``python -m rl.bench.trl_standalone``), which writes its run to
-    ``out``; its output goes where this process's own Python output goes. Raises ``PeerFailed`` if it fails."""
+    ``out``; its output goes where this process's own Python output goes. Raises ``BenchStopped`` if it fails."""
     from rl.output.console import LOG_DIR_ENV
 
     argv = standalone_command(recipe, overrides, seed, budget, out, snapshots, use_vllm)
@@ -308,7 +305,7 @@ def run_trl_process(
     streams = {"stdout": _fd(sys.stdout), "stderr": _fd(sys.stderr)}
     done = subprocess.run([sys.executable, *argv], env=env, **streams, check=False)
     if done.returncode != 0 or not out.exists():
-        raise PeerFailed(f"TRL's process failed (exit {done.returncode}): python {shlex.join(argv)}")
+        raise BenchStopped(f"TRL's process failed (exit {done.returncode}): python {shlex.join(argv)}")
     return PeerRun.from_json(json.loads(out.read_text()))
 
 

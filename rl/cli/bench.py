@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rl.bench.stopped import BenchStopped
 from rl.cli.bench_decode import add_decode_commands
 from rl.cli.common import add_verbose, checked_config, comma_list, integers, positive, recipe_path, route_output
 
@@ -200,10 +201,19 @@ def cmd_bench_train(args: argparse.Namespace) -> int:
     preflight(load_config(recipe, common), say=False)  # the recipe's inputs with the command's overrides, first
     check_output_dir(args.out, f"--out {str(args.out)!r}")
     route_output(args, args.out / "logs")
-    _, table = run_train_bench(recipe, variants, common, args.out)
+    try:
+        _, table = run_train_bench(recipe, variants, common, args.out)
+    except BenchStopped as e:
+        return _stopped("rl bench train", e, args, args.out)
     print(table)
     print(f"wrote {args.out / 'bench_train.json'}, {args.out / 'bench_train.md'} and {args.out / 'bench_train.png'}")
     return 0
+
+
+def _stopped(command: str, e: BenchStopped, args: argparse.Namespace, out: Path) -> int:
+    """A benchmark one of whose runs ended without results: one line, exit code 1."""
+    print(f"{command} stopped: {e}; its output: {'above' if args.verbose else out / 'logs'}", file=sys.stderr)
+    return 1
 
 
 def cmd_bench_peer(args: argparse.Namespace) -> int:
@@ -241,14 +251,10 @@ def cmd_bench_peer(args: argparse.Namespace) -> int:
     preflight(load_config(recipe, opts.overrides), say=False)  # the recipe's inputs, before any run
     check_output_dir(opts.out_dir, f"--out {str(opts.out_dir)!r}")
     route_output(args, opts.out_dir / "logs")
-    from rl.bench.trl_peer import PeerFailed  # TRL is there: check() imported it
-
     try:
         _, table = run_peer_bench(recipe, opts)
-    except PeerFailed as e:
-        where = "above" if args.verbose else opts.out_dir / "logs"
-        print(f"rl bench peer stopped: {e} (its output: {where})", file=sys.stderr)
-        return 1
+    except BenchStopped as e:
+        return _stopped("rl bench peer", e, args, opts.out_dir)
     print(table)
     print(f"wrote {opts.out_dir / 'bench_peer.json'}, {opts.out_dir / 'bench_peer.md'} and bench_peer.png")
     return 0
