@@ -753,14 +753,37 @@ def load_run_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
     return _validated(raw, overrides, local_paths=False)
 
 
+class _KeyGivenTwice(ValueError):
+    pass
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one without a word: an
+    edit to the first copy of ``lr`` would change nothing)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base``: keys given beside it override its own
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                raise _KeyGivenTwice(f"{key!r} is given twice in one mapping (lines {lines[key]} and {line}); keep one")
+            lines[key] = line
+        return super().construct_mapping(node, deep)
+
+
 def read_recipe(path: str | Path, local_paths: bool) -> dict[str, Any]:
     """A recipe file as a nested dict (its local paths made absolute against its folder with ``local_paths``)."""
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        raw = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_RecipeLoader) or {}
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
+    except _KeyGivenTwice as e:
+        raise ValueError(f"{path}: {e}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: a recipe must be a mapping at the top level, not a {type(raw).__name__}")
     if local_paths:

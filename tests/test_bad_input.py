@@ -314,8 +314,9 @@ def test_bad_input_is_one_line_before_any_actor(tmp_path, capsys, nothing_starts
         ("- a\n- b\n", "a recipe must be a mapping at the top level, not a list"),
         ("a: [1\n", "not valid YAML"),
         (b"name: \xff\xfe\n", "not UTF-8 text"),
+        ("train:\n  lr: 1.0e-4\n  lr: 2.0e-4\n", "'lr' is given twice in one mapping (lines 2 and 3); keep one"),
     ],
-    ids=["not_a_mapping", "not_yaml", "not_utf8"],
+    ids=["not_a_mapping", "not_yaml", "not_utf8", "key_given_twice"],  # key_given_twice: trained on the last one
 )
 def test_bad_recipe_file(tmp_path, capsys, nothing_starts, text, message):
     recipe = tmp_path / "recipe.yaml"

@@ -169,3 +169,12 @@ def test_every_config_key_is_read_outside_the_config_models():
     )
     names = {item.key.rsplit(".", 1)[-1].rstrip("[]") for item in config_keys()}
     assert sorted(name for name in names if not re.search(rf"\b{re.escape(name)}\b", code)) == []
+
+
+def test_a_recipe_may_merge_an_anchor_and_override_its_keys(tmp_path):
+    """YAML merge keys (``<<: *base``) still work beside the check that a key is given once per mapping."""
+    from rl.config import read_recipe
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("x: &base {lr: 1.0e-4, max_steps: 3}\ntrain:\n  <<: *base\n  lr: 3.0e-4\n")
+    assert read_recipe(recipe, local_paths=False)["train"] == {"lr": 3.0e-4, "max_steps": 3}
