@@ -721,6 +721,8 @@ def _child(node: Any, default: Any, part: str, item: str) -> tuple[Any, Any]:
     if part not in node:
         node[part] = copy.deepcopy(default) if isinstance(default, list) else {}
     if not isinstance(node[part], (dict, list)):
+        if isinstance(default, dict) and default:  # a section, which the recipe gave a value
+            raise ValueError(f"override {item!r}: the recipe gives section {part!r} the value {node[part]!r}")
         raise ValueError(f"override {item!r}: {part!r} is not a section")
     return node[part], default
 

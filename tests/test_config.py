@@ -178,3 +178,11 @@ def test_a_recipe_may_merge_an_anchor_and_override_its_keys(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("x: &base {lr: 1.0e-4, max_steps: 3}\ntrain:\n  <<: *base\n  lr: 3.0e-4\n")
     assert read_recipe(recipe, local_paths=False)["train"] == {"lr": 3.0e-4, "max_steps": 3}
+
+
+def test_an_override_into_a_section_the_recipe_gave_a_value_names_the_recipe(tmp_path):
+    """``train: 5`` in the recipe and ``train.max_steps=1`` on the command line: the recipe is what is wrong."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("train: 5\n")
+    with pytest.raises(ValueError, match=r"override 'train.max_steps=1': the recipe gives section 'train' the value 5"):
+        load_config(recipe, ["train.max_steps=1"])
