@@ -68,7 +68,7 @@ def test_rl_eval_serves_it_with_vllm_in_process(smollm2_dir, tmp_path):
         *("eval", "builtin:smollm2-135m", "--dataset", str(data)),
         *("--recipe", "arith_smollm2", "--set", "data.template='{prompt}'", "--set", "data.system_prompt=null"),
         *("--set", f"reward.functions=[{{fn: '{tmp_path / 'qa_reward.py'}:contains_answer'}}]"),
-        *("--samples", "2", "--temperature", "0", "--max-tokens", "24", "--out", str(out)),
+        *("--samples", "2", "--temperature", "0.001", "--max-tokens", "24", "--out", str(out)),  # near greedy
     ]
     console = console_of(cmd, tmp_path)  # as a user runs it; the console is rl eval's (tests/test_console.py)
     assert_quiet(console, 30)
@@ -77,6 +77,6 @@ def test_rl_eval_serves_it_with_vllm_in_process(smollm2_dir, tmp_path):
     assert report["settings"]["model_dir"] == smollm2_dir
     m = report["metrics"]
     assert m["num_problems"] == 2 and m["samples_per_problem"] == 2
-    assert m["pass@1"] == 1.0, [p["first_text"] for p in report["problems"]]  # greedy: Paris, blue
+    assert m["pass@1"] == 1.0, [p["first_text"] for p in report["problems"]]  # near greedy: Paris, blue
     assert all(0 < n <= 24 for p in report["problems"] for n in p["lengths"])
     assert "pass@1" in console and "pass@2" in console
