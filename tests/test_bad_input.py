@@ -129,6 +129,11 @@ CASES = [
     ),
     ("missing_data_dir", lambda t: [*BASE, "data.source=./no/such/folder"], "does not exist"),
     ("no_usable_rows", lambda t: _data_case(t, [{"question": " ", "answer": "1"}] * 5), "no usable rows"),
+    (  # "held-out accuracy" measured on the training rows
+        "test_source_is_the_training_file",
+        lambda t: [*_data_case(t, ROWS), f"data.test_source={t / 'data.jsonl'}"],
+        "all 100 of its rows are training prompts, so held-out accuracy would be measured on training rows",
+    ),
     (
         "wrong_prompt_field",
         lambda t: [*_data_case(t, ROWS), "data.prompt_field=problem"],
@@ -444,9 +449,9 @@ def test_one_file_holds_out_a_fixed_part(tmp_path, capsys):
 
 def test_test_source_and_the_warning_for_no_hold_out(tmp_path, caplog):
     held = _jsonl(tmp_path / "held.jsonl", ROWS[:5])
-    cfg = load_config("recipes/arith_tiny.yaml", [*_data_case(tmp_path, ROWS), f"data.test_source={held}"])
+    cfg = load_config("recipes/arith_tiny.yaml", [*_data_case(tmp_path, ROWS[5:]), f"data.test_source={held}"])
     train, test = split_rows(cfg.data)
-    assert len(train) == len(ROWS) and [r.prompt for r in test] == [r["question"] for r in ROWS[:5]]
+    assert len(train) == len(ROWS) - 5 and [r.prompt for r in test] == [r["question"] for r in ROWS[:5]]
     with caplog.at_level(logging.WARNING):
         train, test = split_rows(cfg.data.model_copy(update={"test_source": None, "test_fraction": 0.0}))
     assert train == test and "evaluating on training rows" in caplog.text

@@ -20,6 +20,26 @@ def same_rows(train: list[PromptRow], test: list[PromptRow]) -> bool:
     return {_key(r) for r in train} == {_key(r) for r in test}
 
 
+class HeldOutIsTraining(ValueError):
+    """Every held-out row is a training prompt: a held-out accuracy would be measured on the training rows."""
+
+
+def check_disjoint(train: list[PromptRow], held: list[PromptRow], what: str, fix: str) -> None:
+    """Held-out rows ``what`` names that are training prompts too: all of them is ``HeldOutIsTraining`` (``fix``
+    says what to do), some of them a warning with their count."""
+    trained = {_key(r) for r in train}
+    shared = sum(_key(r) in trained for r in held)
+    if held and shared == len(held):
+        raise HeldOutIsTraining(
+            f"{what}: all {shared} of its rows are training prompts, so held-out accuracy would be measured on "
+            f"training rows; {fix}"
+        )
+    if shared:
+        log.warning(
+            "%s: %d of its %d rows are training prompts too; held-out accuracy counts them", what, shared, len(held)
+        )
+
+
 def hold_out(rows: list[PromptRow], fraction: float, source: str) -> tuple[list[PromptRow], list[PromptRow]]:
     """(training rows, held-out rows): ``fraction`` of ``rows`` by prompt hash, at least one row held out.
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from rl.config import DataConfig
 from rl.data.arith import make_split
-from rl.data.holdout import hold_out, same_rows
+from rl.data.holdout import check_disjoint, hold_out, same_rows
 from rl.data.loaders import build_prompt, load_rows
 from rl.types import PromptRow
 
@@ -39,9 +39,16 @@ def train_and_held_out(
     split (``dataset_rows``, or a caller's wrapper that words its errors)."""
     train = rows(cfg, cfg.train_split)
     if cfg.test_source is not None:
-        return train, rows(cfg.model_copy(update={"source": cfg.test_source}), cfg.test_split)
+        test = rows(cfg.model_copy(update={"source": cfg.test_source}), cfg.test_split)
+        what = f"data.test_source {cfg.test_source!r} (split {cfg.test_split!r})"
+        check_disjoint(train, test, what, "name data the run does not train on, or drop data.test_source")
+        return train, test
     test = rows(cfg, cfg.test_split)
-    return hold_out(train, cfg.test_fraction, cfg.source) if same_rows(train, test) else (train, test)
+    if same_rows(train, test):
+        return hold_out(train, cfg.test_fraction, cfg.source)
+    what = f"data.source {cfg.source!r} (split {cfg.test_split!r})"
+    check_disjoint(train, test, what, "name another data.test_split or a data.test_source")
+    return train, test
 
 
 def _framed(row: PromptRow, cfg: DataConfig) -> PromptRow:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.config import DataConfig, RewardFn, RolloutConfig, RunConfig, ray_address_named
+from rl.data.holdout import HeldOutIsTraining
 from rl.data.source import dataset_rows, train_and_held_out
 from rl.inputs import hub
 from rl.inputs.prompting import PromptEncoder
@@ -377,8 +378,11 @@ def model_positions(model_dir: str) -> int | None:
 
 
 def split_rows(cfg: DataConfig) -> tuple[list[PromptRow], list[PromptRow]]:
-    """``train_and_held_out``, each loading error as one line naming the source."""
-    return train_and_held_out(cfg, _rows)
+    """``train_and_held_out``, each loading error, and held-out rows that are all training prompts, as one line."""
+    try:
+        return train_and_held_out(cfg, _rows)
+    except HeldOutIsTraining as e:
+        raise BadInput(str(e)) from None
 
 
 def _rows(cfg: DataConfig, split: str) -> list[PromptRow]:
