@@ -40,6 +40,19 @@ from rl.inputs.inert_settings import inert_settings, warn_of_inert_settings
             ["shaping.scorer_gpus (only with shaping.scorer=lm-confidence or reward-model)"],
         ),
         (["rollout.max_tool_calls=2"], ["rollout.max_tool_calls (only with rollout.tools or rollout.environment)"]),
+        (
+            ["shaping.avg_redundancy=2", "shaping.long_wait=1.2", "shaping.alpha=0.5", "algorithm.kl_estimator=k1"],
+            [
+                "algorithm.kl_estimator (only with algorithm.kl_coef above 0)",
+                "shaping.avg_redundancy (only with a shaping.policy other than plain)",
+                "shaping.long_wait (only with shaping.policy=darts or darts+sart)",
+                "shaping.alpha (only with shaping.policy=sart or darts+sart)",
+            ],
+        ),
+        (
+            ["shaping.max_redundancy=2", "shaping.long_slots=2"],
+            ["shaping.max_redundancy, shaping.long_slots (only with shaping.policy=darts or darts+sart)"],
+        ),
     ],
 )
 def test_a_setting_given_that_does_nothing_is_named_with_what_it_needs(overrides, unused):

@@ -16,19 +16,19 @@ DARTS_KNOBS = (
     "long_slots",
     "long_wait",
     "spare_gate",
-    "idle_target",
     "warmup_steps",
     "priority",
     "tie_beta",
 )
 SART_KNOBS = ("alpha", "beta", "scorer")
-MODEL_SCORER_KNOBS = ("scorer_model", "scorer_gpus")
+MODEL_SCORER_KNOBS = ("scorer_gpus",)  # scorer_model without a model scorer is refused by the config
 TOOL_KNOBS = ("max_tool_calls", "tool_timeout_s")
 log = logging.getLogger("rl.config")
 
 
 def inert_settings(cfg: RunConfig) -> list[str]:
-    """``KEY (only with WHAT)`` for each setting given that does nothing with the run's other settings."""
+    """``KEY, KEY (only with WHAT)`` for the settings given that do nothing with the run's other settings, one entry
+    per thing they lack."""
     a, s, r, ro = cfg.algorithm, cfg.shaping, cfg.reward, cfg.rollout
     rules: list[tuple[str, BaseModel, str, bool, str]] = [
         ("algorithm", a, "norm_len", a.agg != "seq-mean-token-sum-norm", "algorithm.agg=seq-mean-token-sum-norm"),
@@ -49,11 +49,11 @@ def inert_settings(cfg: RunConfig) -> list[str]:
             for k in TOOL_KNOBS
         ],
     ]
-    return [
-        f"{section}.{key} (only with {needs})"
-        for section, model, key, unused, needs in rules
-        if unused and key in model.model_fields_set
-    ]
+    by_need: dict[str, list[str]] = {}  # one entry per need, its keys in the rules' order
+    for section, model, key, unused, needs in rules:
+        if unused and key in model.model_fields_set:
+            by_need.setdefault(needs, []).append(f"{section}.{key}")
+    return [f"{', '.join(keys)} (only with {needs})" for needs, keys in by_need.items()]
 
 
 def warn_of_inert_settings(cfg: RunConfig) -> None:
