@@ -322,9 +322,15 @@ class ShapingConfig(Strict):
         if self.long_slots >= self.m_keep:
             raise ValueError(f"long_slots ({self.long_slots}) must be < m_keep ({self.m_keep})")
         if self.idle_target is not None and "darts" not in self.policy:
-            raise ValueError(f"idle_target steers DARTS's avg_redundancy: it needs a DARTS policy, not {self.policy!r}")
+            raise ValueError(
+                f"idle_target steers DARTS's avg_redundancy: it needs a DARTS policy, not {self.policy!r} (set "
+                "shaping.idle_target=null for this one)"
+            )
         if self.priority != "none" and "darts" not in self.policy:
-            raise ValueError(f"priority {self.priority!r} needs a DARTS policy (its length model), not {self.policy!r}")
+            raise ValueError(
+                f"priority {self.priority!r} needs a DARTS policy (its length model), not {self.policy!r} (set "
+                "shaping.priority=none for this one)"
+            )
         self._check_scorer()
         return self
 

@@ -40,5 +40,7 @@ def test_steered_redundancy_reaches_darts_plans():
 def test_config_ties_idle_target_to_darts():
     cfg = load_config(None, ["shaping.policy=darts+sart", "shaping.idle_target=0.1", "shaping.max_redundancy=2.5"])
     assert cfg.shaping.idle_target == 0.1
-    with pytest.raises(ValidationError, match="idle_target steers DARTS"):
+    with pytest.raises(
+        ValidationError, match=r"idle_target steers DARTS.*\(set shaping.idle_target=null for this one\)"
+    ):
         load_config(None, ["shaping.policy=sart", "shaping.idle_target=0.1"])
