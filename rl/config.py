@@ -147,6 +147,13 @@ class RolloutConfig(Strict):
     max_tokens: int = Field(default=48, ge=1, description="response cap in tokens")
     temperature: float = Field(default=1.0, gt=0, description="sampling temperature")
     top_p: float = Field(default=1.0, gt=0, le=1, description="nucleus sampling mass")
+    top_k: int = Field(default=0, ge=0, description="sample among the k likeliest tokens (TRL's top_k); 0: all of them")
+    min_p: float = Field(
+        default=0.0, ge=0, le=1, description="drop tokens below this share of the likeliest one's probability; 0: none"
+    )
+    repetition_penalty: float = Field(
+        default=1.0, gt=0, description="above 1 discourages tokens already in the prompt or response (TRL's); 1: none"
+    )
     max_model_len: int = Field(default=128, ge=16, description="prompt + response tokens; longer prompts are skipped")
     kv_cache_bytes: int = Field(default=64 << 20, ge=1 << 20, description="CPU only; GPUs use gpu_memory_utilization")
     gpu_memory_utilization: float = Field(
@@ -994,6 +1001,9 @@ TRL_NAMES = {
     "save_steps": "train.checkpoint_every",
     "temperature": "rollout.temperature",
     "top_p": "rollout.top_p",
+    "top_k": "rollout.top_k",
+    "min_p": "rollout.min_p",
+    "repetition_penalty": "rollout.repetition_penalty",
     "gradient_checkpointing": "train.gradient_checkpointing",
     "vllm_enable_sleep_mode": "rollout.sleep_while_training",
 }

@@ -41,6 +41,9 @@ class SamplingSpec:
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0  # 0: every token
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
     ignore_eos: bool = False  # benchmarks and tests: force every sample to run to max_tokens
 
 

@@ -194,3 +194,23 @@ def test_an_engine_error_is_said_on_one_line_its_checks_named_and_cut_short():
     assert error_reason(ValueError("No available memory\n  for the cache blocks.")) == (
         "ValueError: No available memory for the cache blocks."
     )
+
+
+def test_the_recipes_sampling_settings_reach_vllm_and_trls_mirror(tmp_path):
+    """TRL's top_k, min_p and repetition_penalty, set as rollout.*, reach vLLM's sampling parameters (the adapter's
+    one place) and the GRPOConfig that `rl bench peer` gives TRL; their defaults leave sampling as it was."""
+    from rl.rollout.engine import SamplingSpec
+
+    from rl.bench.trl_peer import grpo_arguments
+    from rl.cli.common import recipe_path
+    from rl.config import load_config
+    from rl.loop.groups import rollout_sampling
+
+    overrides = ["rollout.top_k=5", "rollout.min_p=0.05", "rollout.repetition_penalty=1.2", "rollout.top_p=0.9"]
+    cfg = load_config(recipe_path("arith_tiny"), overrides)
+    params = VllmEngine._params(None, rollout_sampling(cfg.rollout))  # type: ignore[arg-type]  # reads only its argument
+    assert (params.top_k, params.min_p, params.repetition_penalty, params.top_p) == (5, 0.05, 1.2, 0.9)
+    plain = VllmEngine._params(None, SamplingSpec(8))  # type: ignore[arg-type]
+    assert (plain.top_k, plain.min_p, plain.repetition_penalty, plain.top_p) == (0, 0.0, 1.0, 1.0)
+    trl = grpo_arguments(cfg, 0, 1, tmp_path, use_vllm=False)
+    assert (trl["top_k"], trl["min_p"], trl["repetition_penalty"]) == (5, 0.05, 1.2)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rl.algorithm.dynamic_sampling import DynamicSampling
-from rl.config import RunConfig
+from rl.config import RolloutConfig, RunConfig
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.counters import RunCounters
 from rl.loop.reward_watch import RewardWatch
@@ -25,6 +25,11 @@ from rl.shaping.factory import make_policy, shaping_options
 from rl.shaping.idle_governor import IdleGovernor
 from rl.shaping.policy import ShapingPolicy
 from rl.types import Group, PromptRow
+
+
+def rollout_sampling(r: RolloutConfig) -> SamplingSpec:
+    """How a run's rollouts sample: the recipe's ``rollout`` settings."""
+    return SamplingSpec(r.max_tokens, r.temperature, r.top_p, r.top_k, r.min_p, r.repetition_penalty)
 
 
 class GroupMaker:
@@ -45,7 +50,7 @@ class GroupMaker:
     ) -> None:
         self.encoder, self.policy, self.rewards, self.scorer = encoder, policy, rewards, scorer
         self.counters, self.state, self.fail = counters, state, fail
-        self.sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.rollout.temperature, cfg.rollout.top_p)
+        self.sampling = rollout_sampling(cfg.rollout)
         self.progress_every_tokens = cfg.shaping.progress_tokens
         self.tools = ToolSettings.of(cfg.rollout)  # None: single-turn groups under the shaping policy
         self.m_keep = cfg.shaping.m_keep
