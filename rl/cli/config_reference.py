@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from rl.config import ConfigKey, config_keys
+from rl.config import TRL_NAMES, ConfigKey, config_keys
 
 PAGE = "docs/reference/config.md"
 HEADER = f"""# Configuration reference
@@ -46,7 +46,18 @@ def render() -> str:
     parts = [HEADER]
     for top, entries in sections.items():
         parts.append(f"## {_code(top) if top != 'run' else 'Run'}\n\n" + "\n".join(entries) + "\n")
+    parts.append(_trl_names())
     return "\n".join(parts)
+
+
+def _trl_names() -> str:
+    """The keys that set what TRL's ``GRPOConfig`` arguments set (``TRL_NAMES``, which ``rl train`` also suggests)."""
+    rows = "\n".join(f"| {_code(trl)} | {_prose(key)} |" for trl, key in TRL_NAMES.items())
+    return (
+        "## From TRL's `GRPOConfig`\n\n"
+        "A TRL argument typed as a key here (`rl train arith_tiny num_generations=4`) is refused with the key that "
+        "sets the same thing.\n\n| TRL | here |\n| --- | --- |\n" + rows + "\n"
+    )
 
 
 if __name__ == "__main__":
