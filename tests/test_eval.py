@@ -211,3 +211,17 @@ def test_the_table_counts_one_sample_in_the_singular():
     one = EvalReport({**settings, "samples": 1}, {"num_problems": 3.0}).table()
     assert one.startswith("m on arith[test] (recipe r): 3 problems x 1 sample, temperature 0.0, max_tokens 8")
     assert "3 problems x 4 samples," in EvalReport({**settings, "samples": 4}, {"num_problems": 3.0}).table()
+
+
+@pytest.mark.integration
+def test_several_samples_are_drawn_as_the_recipes_rollouts_are(rollout_worker):
+    """pass@k's samples take the recipe's rollout sampling (its top_k here), not temperature alone: with
+    rollout.top_k=1 every sample of a problem is the likeliest continuation, the same one."""
+    settings = EvalSettings(model="builtin:arith-tiny", dataset="arith", recipe="arith_tiny", samples=4, limit=16)
+    runs = {}
+    for top_k in (0, 1):
+        cfg = load_config(recipe_path("arith_tiny"), [f"rollout.top_k={top_k}"])
+        runs[top_k] = run_eval(cfg, settings, workers=[rollout_worker])
+        assert runs[top_k].settings["sampling"]["top_k"] == top_k
+    assert all(len(set(p.lengths)) == 1 and len(set(p.rewards)) == 1 for p in runs[1].problems)
+    assert any(len(set(p.lengths)) > 1 for p in runs[0].problems)  # at temperature 1 the samples differ

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from rl.inputs.preflight import (
 )
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.checkpoint import CHECKPOINTS, CONFIG_FILE, complete_checkpoints
+from rl.loop.groups import rollout_sampling
 from rl.models import BUILTIN_PREFIX
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
@@ -212,6 +213,8 @@ async def eval_report(
     if temperature is None:
         temperature = cfg.eval.temperature if settings.samples == 1 else cfg.rollout.temperature
     sampling = SamplingSpec(max_tokens, temperature)
+    if settings.samples > 1:  # pass@k samples as the run's rollouts do: its top_p, top_k, min_p, repetition_penalty
+        sampling = replace(rollout_sampling(cfg.rollout), max_tokens=max_tokens, temperature=temperature)
     tools = ToolSettings.of(cfg.rollout)  # with tools, every sample is an episode whose calls run
     t0 = time.monotonic()
     own = None
@@ -255,6 +258,7 @@ async def eval_report(
         "model_dir": model_dir,
         "max_tokens": max_tokens,
         "temperature": temperature,
+        "sampling": asdict(sampling),
         "rewards": [f"{f.spec}*{f.weight:g}" for f in cfg.reward.functions],
         "engine_startup_s": startup_s,
         "eval_seconds": seconds,
