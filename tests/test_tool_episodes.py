@@ -128,7 +128,8 @@ def test_a_raising_and_a_hanging_tool_return_errors_and_never_stall(rollout_work
         assert episode.tools.calls == 2 and episode.tools.failures == {"raised": 1, "timeout": 1}
         errors = [m["content"] for m in episode.messages if m["role"] == "tool"]
         assert "RuntimeError: tool broke" in errors[0] and "timed out after 1 s" in errors[1]
-        assert 1.0 <= episode.tools.seconds < 10.0  # the hung call was cut at 1 s, not left to its 60
+        assert 0.95 <= episode.tools.seconds < 10.0  # the hung call was cut at 1 s, not left to its 60 (asyncio
+        # may fire a timeout a fraction of a millisecond early: 0.9997 s was seen)
 
 
 def test_trainer_logprobs_equal_the_engines_on_a_multi_turn_episode(rollout_worker, tokenizer, tiny_model_dir):
