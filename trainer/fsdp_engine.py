@@ -419,12 +419,13 @@ class FSDPEngine:
         adapter's tensors, fp32 on the CPU, by the names PEFT saves them under."""
         if self.spec.lora is None or self.spec.lora.sync != "adapter":  # "auto" is resolved before the spec is built
             return self.full_weights()
+        return {n: t.to(torch.float32) for n, t in self._adapter_tensors().items()}
+
+    def _adapter_tensors(self) -> dict[str, torch.Tensor]:
+        """The LoRA adapter's tensors, in their dtype on the CPU, by the names PEFT saves them under."""
         from peft import get_peft_model_state_dict
 
-        return {
-            n: t.detach().to("cpu", torch.float32).contiguous()
-            for n, t in get_peft_model_state_dict(self.model).items()
-        }
+        return {n: t.detach().cpu().contiguous() for n, t in get_peft_model_state_dict(self.model).items()}
 
     def _full_optimizer_state(self) -> dict:
         """AdamW's state keyed by parameter name, whole (rank 0; gathers when sharded): one checkpoint format for
@@ -484,12 +485,10 @@ class FSDPEngine:
 
     def _save_adapter(self, folder: str) -> None:
         """The LoRA adapter as PEFT saves one: ``adapter_config.json`` and its tensors by PEFT's names."""
-        from peft import get_peft_model_state_dict
         from safetensors.torch import save_file
 
         self.model.peft_config["default"].save_pretrained(folder)
-        tensors = {n: t.detach().cpu().contiguous() for n, t in get_peft_model_state_dict(self.model).items()}
-        save_file(tensors, os.path.join(folder, ADAPTER_WEIGHTS), metadata={"format": "pt"})
+        save_file(self._adapter_tensors(), os.path.join(folder, ADAPTER_WEIGHTS), metadata={"format": "pt"})
 
     def _load_adapter(self, folder: str) -> None:
         """Set the LoRA adapter from ``_save_adapter``'s folder; a ``ValueError`` naming what it lacks."""
