@@ -31,7 +31,7 @@ from rl.inputs.preflight import (
     prompt_encoder,
 )
 from rl.inputs.prompting import PromptEncoder
-from rl.loop.checkpoint import CHECKPOINTS, CONFIG_FILE, complete_checkpoints
+from rl.loop.checkpoint import CONFIG_FILE, complete_checkpoints, is_complete_checkpoint
 from rl.loop.groups import rollout_sampling
 from rl.models import BUILTIN_PREFIX
 from rl.rewards.hooks import RewardState
@@ -73,7 +73,7 @@ def run_config_of(model: str) -> Path | None:
     path = Path(model).expanduser()
     if not (path / "config.json").exists():
         run = path
-    elif path.parent.name == CHECKPOINTS and path.name[5:].isdigit():
+    elif is_complete_checkpoint(path):
         run = path.parent.parent
     else:
         return None
@@ -212,9 +212,10 @@ async def eval_report(
     temperature = settings.temperature
     if temperature is None:
         temperature = cfg.eval.temperature if settings.samples == 1 else cfg.rollout.temperature
-    sampling = SamplingSpec(max_tokens, temperature)
     if settings.samples > 1:  # pass@k samples as the run's rollouts do: its top_p, top_k, min_p, repetition_penalty
         sampling = replace(rollout_sampling(cfg.rollout), max_tokens=max_tokens, temperature=temperature)
+    else:
+        sampling = SamplingSpec(max_tokens, temperature)
     tools = ToolSettings.of(cfg.rollout)  # with tools, every sample is an episode whose calls run
     t0 = time.monotonic()
     own = None

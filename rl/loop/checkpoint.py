@@ -129,9 +129,15 @@ def save_config(cfg: RunConfig) -> None:
     (cfg.run_dir / CONFIG_FILE).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
 
 
+def is_complete_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a run's complete checkpoint: a folder ``checkpoints/step_N`` (not ``step_N.tmp``)."""
+    name = path.name
+    return path.parent.name == CHECKPOINTS and name.startswith("step_") and name[5:].isdigit() and path.is_dir()
+
+
 def complete_checkpoints(run_dir: Path) -> list[Path]:
     """The complete checkpoints of ``run_dir``, oldest first."""
-    found = [p for p in (run_dir / CHECKPOINTS).glob("step_*") if p.is_dir() and p.name[5:].isdigit()]
+    found = [p for p in (run_dir / CHECKPOINTS).glob("step_*") if is_complete_checkpoint(p)]
     return sorted(found, key=lambda p: int(p.name[5:]))
 
 
