@@ -45,6 +45,8 @@ def test_engine_chatter_and_known_harmless_lines_are_not_shown():
         "versions from 0.22.0 to 0.31.0.",
         ".venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py:759: UserWarning: 'pin_memory' argument "
         "is set as true but no accelerator is found, then device pinned memory won't be used.",
+        "(RolloutWorker pid=32481) (MainProcess pid=32481) WARNING 11-28 21:49:12 [interface.py:1457] Unknown vLLM "
+        "environment variable detected: VLLM_DIST_IDENT",
         "(MainProcess pid=311) WARNING 11-26 11:13:33 [utils.py:648] [shutdown] Process manager: force killing "
         "remaining processes count=1",
         "(MainProcess pid=311) WARNING 11-26 11:13:33 [utils.py:653] [shutdown] Process manager: force killing "
@@ -63,6 +65,8 @@ def test_faults_and_unknown_warnings_are_shown():
         "Traceback (most recent call last):",
         "RuntimeError: CUDA out of memory",
         "[W1124 20:24:31 utils.cpp:68] Warning: something else entirely",
+        "(EngineCore pid=1) WARNING 11-28 21:49:12 [interface.py:1457] Unknown vLLM environment variable detected: "
+        "VLLM_ATENTION_BACKEND",  # a user's own misspelt setting
         ":actor_name:RolloutWorker",  # Ray's mark that names the actor its later lines come from
     ]
     assert [line for line in faults if not shown(line)] == []

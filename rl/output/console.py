@@ -45,6 +45,9 @@ QUIET: dict[str, str] = {
     # consequences of the engine settings Tailor chooses (eager mode, a seeded in-process engine, SSM defaults)
     "engine_settings": r"Enforce eager set, disabling|Inductor compilation was disabled|global random seed is set"
     r"|Reset SSM cache type|CPU backend doesn't allow to use `torch\.set_num_threads` after the thread binding",
+    # vLLM's CPU worker sets VLLM_DIST_IDENT in its own process; a process started from one that served an engine
+    # in-process (rl eval in a notebook, then rl train) inherits it, and vLLM calls its own variable unknown
+    "vllm_cpu_dist_ident": r"Unknown vLLM environment variable detected: VLLM_DIST_IDENT\b",
     # vLLM deprecations inside vLLM itself, not in how Tailor calls it; with LoRA served, its notice that adapters
     # share the base model's tokenizer (Tailor's adapters carry none)
     "vllm_internal_deprecations": r"Passing raw prompts to InputProcessor is deprecated|`torch\.distributed\.reduce_op`"
