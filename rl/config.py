@@ -617,7 +617,11 @@ class LoggingConfig(Strict):
 
 
 class RunConfig(Strict):
-    name: str = Field(default="run", description="run name: the run directory is output_dir/name")
+    name: str = Field(
+        default="run",
+        description="run name: the run directory is output_dir/name; a recipe file that gives none names its run "
+        "after itself (my_recipe.yaml: runs/my_recipe)",
+    )
     output_dir: str = Field(default="runs", description="folder that holds run directories")
     seed: int = Field(
         default=0,
@@ -748,13 +752,16 @@ def _index(items: list, part: str, item: str) -> int:
 
 
 def load_config(path: str | Path | None, overrides: list[str] = (), local_paths: bool = True) -> RunConfig:
-    """Read a YAML recipe, apply command-line overrides, validate. With ``local_paths`` every local path the
-    config names (``LOCAL_PATHS``) becomes absolute: the recipe's own read against its folder, or else, as an
-    override's, against the working directory; so a run resumes from any directory.
+    """Read a YAML recipe, apply command-line overrides, validate. A recipe that gives no ``name`` is named after its
+    file. With ``local_paths`` every local path the config names (``LOCAL_PATHS``) becomes absolute: the recipe's own
+    read against its folder, or else, as an override's, against the working directory; so a run resumes from any
+    directory.
 
     Raises ``ValueError`` naming the file for a recipe that is not UTF-8, not YAML or not a mapping.
     """
     raw = read_recipe(path, local_paths) if path is not None else {}
+    if path is not None:
+        raw.setdefault("name", Path(path).stem)  # two recipes without a name do not share (and restart) one run
     return _validated(raw, overrides, local_paths)
 
 

@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -186,3 +187,15 @@ def test_an_override_into_a_section_the_recipe_gave_a_value_names_the_recipe(tmp
     recipe.write_text("train: 5\n")
     with pytest.raises(ValueError, match=r"override 'train.max_steps=1': the recipe gives section 'train' the value 5"):
         load_config(recipe, ["train.max_steps=1"])
+
+
+def test_a_recipe_without_a_name_names_its_run_after_its_file(tmp_path):
+    """Two recipes that give no ``name`` write two runs, not one run the second restarts over the first."""
+    for stem in ("my_recipe", "other"):
+        (tmp_path / f"{stem}.yaml").write_text("train: {lr: 1.0e-4}\n")
+    assert load_config(tmp_path / "my_recipe.yaml").run_dir == Path("runs/my_recipe")
+    assert load_config(tmp_path / "other.yaml").run_dir == Path("runs/other")
+    assert load_config(tmp_path / "other.yaml", ["name=exp/seed1"]).run_dir == Path("runs/exp/seed1")
+    (tmp_path / "named.yaml").write_text("name: mine\n")
+    assert load_config(tmp_path / "named.yaml").run_dir == Path("runs/mine")
+    assert load_config(None).run_dir == Path("runs/run")
