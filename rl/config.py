@@ -564,6 +564,22 @@ class EvalConfig(Strict):
         default=256, ge=1, description="held-out problems per evaluation (all of them where the split has fewer)"
     )
     temperature: float = Field(default=0.0, ge=0, description="evaluation sampling temperature (0: greedy)")
+    samples: int = Field(
+        default=1,
+        ge=1,
+        description="samples per held-out problem: with more than 1, each evaluation logs pass@k for k = 1, 2, 4, "
+        "... up to it (accuracy is then the mean over samples, avg@k), sampled as the rollouts are (top_p, top_k, "
+        "min_p, repetition_penalty) at eval.temperature, which must be above 0",
+    )
+
+    @model_validator(mode="after")
+    def _samples_differ(self) -> EvalConfig:
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(
+                f"samples={self.samples} at temperature 0 (greedy) is one response {self.samples} times, and its "
+                "pass@k is pass@1; set eval.temperature above 0 (e.g. 1.0) or eval.samples=1"
+            )
+        return self
 
 
 class RayConfig(Strict):

@@ -34,6 +34,7 @@ def test_bundled_recipe_loads_and_overrides_apply():
         ("algorithm.clip_low=1.5", "algorithm.clip_low", "less than 1"),
         ("train.mini_batches=99", "train", "mini_batches (99) must be <= batch_groups"),
         ("train.ppo_epochs=0", "train.ppo_epochs", "greater than or equal to 1"),
+        ("eval.samples=4", "eval", "samples=4 at temperature 0 (greedy) is one response 4 times"),
     ],
 )
 def test_bad_values_name_the_field(override, path, message):

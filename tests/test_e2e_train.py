@@ -20,6 +20,8 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, rollout_worker, t
         "train.max_staleness=1",
         "eval.num_problems=16",
         "eval.every=2",
+        "eval.samples=4",  # pass@k at every evaluation
+        "eval.temperature=1.0",
         "train.save_checkpoint=true",
         "train.num_workers=2",  # data parallel: two trainer actors in one process group
         "train.mini_batches=2",
@@ -42,7 +44,9 @@ def test_rl_train_a_few_async_data_parallel_steps(ray_session, rollout_worker, t
     records = [json.loads(line) for line in (tmp_path / "e2e" / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if r["kind"] == "eval"]  # the summary reports the first and the last evaluation
     assert (summary["accuracy_before"], summary["accuracy_after"]) == (evals[0]["accuracy"], evals[-1]["accuracy"])
-    assert all(r["num_problems"] == 16 for r in evals)
+    assert all(r["num_problems"] == 16 and r["samples_per_problem"] == 4 for r in evals)
+    assert all(r["pass@4"] >= r["pass@2"] >= r["pass@1"] == pytest.approx(r["accuracy"]) for r in evals)
+    assert any(r["pass@4"] > r["accuracy"] for r in evals)  # four samples differ: some problem is right in a few
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3, 4]
     for r in train:

@@ -79,8 +79,8 @@ def test_summarize_by_hand():
     m = summarize(records)
     assert m["unscored_frac"] == 0.25
     assert eval_line("after", 3, m) == (
-        "[eval after] step 3: held-out accuracy 0.333 (3 problems; the accuracy reward gave no value for 25% of "
-        "samples)"
+        "[eval after] step 3: held-out accuracy 0.333, pass@4 0.667 (3 problems x 4 samples; the accuracy reward "
+        "gave no value for 25% of samples)"
     )
 
 

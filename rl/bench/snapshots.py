@@ -1,10 +1,10 @@
 """One evaluator for weight snapshots: one in-process engine, each snapshot loaded into it and scored as ``rl eval``
 scores a model.
 
-The rows, prompt framing, sampling (``eval.temperature``, greedy by default; ``rollout.max_tokens``) and
-correctness (the recipe's first reward > 0) are those of Tailor's own in-run evaluations: the first
-``eval.num_problems`` rows of the test split, through ``rl.evaluation.held_out``. The engine is the recipe's rollout
-engine (``rollout.max_model_len``, as Tailor's workers have it).
+The rows, prompt framing, sampling (``eval.temperature`` and ``eval.samples``, one greedy sample by default;
+``rollout.max_tokens``) and correctness (the recipe's first reward > 0) are those of Tailor's own in-run evaluations:
+the first ``eval.num_problems`` rows of the test split, through ``rl.evaluation.held_out``. The engine is the recipe's
+rollout engine (``rollout.max_model_len``, as Tailor's workers have it).
 """
 
 from __future__ import annotations
@@ -19,7 +19,15 @@ from rl.evaluation.offline import EvalReport, EvalSettings, engine_spec, eval_re
 def heldout_settings(cfg: RunConfig, model_dir: str, recipe: str) -> EvalSettings:
     """``rl eval`` settings for the rows Tailor evaluates on during training."""
     limit = min(cfg.eval.num_problems, cfg.data.limit or cfg.eval.num_problems)
-    return EvalSettings(model=model_dir, dataset=cfg.data.source, recipe=recipe, split=cfg.data.test_split, limit=limit)
+    return EvalSettings(
+        model=model_dir,
+        dataset=cfg.data.source,
+        recipe=recipe,
+        split=cfg.data.test_split,
+        samples=cfg.eval.samples,
+        limit=limit,
+        temperature=cfg.eval.temperature,
+    )
 
 
 def evaluate_snapshots(

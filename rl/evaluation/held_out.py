@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from rl.config import RolloutConfig
 from rl.inputs.prompting import PromptEncoder
+from rl.loop.groups import rollout_sampling
 from rl.output.metrics import percentiles
 from rl.output.progress import Progress
 from rl.rewards.hooks import RewardState
@@ -137,6 +139,14 @@ async def sample_and_score(
         )
         start = end
     return records
+
+
+def held_out_sampling(rollout: RolloutConfig, samples: int, temperature: float, max_tokens: int) -> SamplingSpec:
+    """How held-out problems are sampled: one sample plainly at ``temperature`` (0: greedy); pass@k samples as the
+    run's rollouts are (its top_p, top_k, min_p, repetition_penalty) at ``temperature``."""
+    if samples == 1:
+        return SamplingSpec(max_tokens, temperature)
+    return replace(rollout_sampling(rollout), max_tokens=max_tokens, temperature=temperature)
 
 
 def summarize(records: list[ProblemRecord]) -> dict[str, float]:

@@ -11,13 +11,13 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rl.config import DataConfig, RunConfig
 from rl.data.source import dataset_rows, train_and_held_out
-from rl.evaluation.held_out import ProblemRecord, sample_and_score, summarize
+from rl.evaluation.held_out import ProblemRecord, held_out_sampling, sample_and_score, summarize
 from rl.inputs.memory_plan import check_cpu_kv_cache
 from rl.inputs.preflight import (
     BadInput,
@@ -32,11 +32,10 @@ from rl.inputs.preflight import (
 )
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.checkpoint import CONFIG_FILE, complete_checkpoints, is_complete_checkpoint
-from rl.loop.groups import rollout_sampling
 from rl.models import BUILTIN_PREFIX
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
-from rl.rollout.engine import EngineSpec, SamplingSpec
+from rl.rollout.engine import EngineSpec
 from rl.rollout.tool_workflow import ToolSettings
 from rl.types import PromptRow
 
@@ -212,10 +211,7 @@ async def eval_report(
     temperature = settings.temperature
     if temperature is None:
         temperature = cfg.eval.temperature if settings.samples == 1 else cfg.rollout.temperature
-    if settings.samples > 1:  # pass@k samples as the run's rollouts do: its top_p, top_k, min_p, repetition_penalty
-        sampling = replace(rollout_sampling(cfg.rollout), max_tokens=max_tokens, temperature=temperature)
-    else:
-        sampling = SamplingSpec(max_tokens, temperature)
+    sampling = held_out_sampling(cfg.rollout, settings.samples, temperature, max_tokens)
     tools = ToolSettings.of(cfg.rollout)  # with tools, every sample is an episode whose calls run
     t0 = time.monotonic()
     own = None

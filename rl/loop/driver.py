@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from rl.config import RunConfig
 from rl.data.stream import PromptStream
-from rl.evaluation.held_out import evaluate
+from rl.evaluation.held_out import evaluate, held_out_sampling
 from rl.inputs.preflight import RunInputs, preflight
 from rl.loop import checkpoint, placement
 from rl.loop.actors import ActorStarter, form_process_group, link_ray_logs, start_fleet, start_ray
@@ -45,7 +45,6 @@ from rl.output.provenance import stack_versions
 from rl.output.wandb_sink import start_wandb
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
-from rl.rollout.engine import SamplingSpec
 from rl.types import PromptRow
 
 log = logging.getLogger("rl.driver")
@@ -118,7 +117,9 @@ class Driver:
         self.encoder = inputs.encoder
         shaping = checkpoint.read_shaping(resume) if resume else new_shaping(cfg)
         self.policy, self.governor = shaping["policy"], shaping["governor"]
-        self.eval_sampling = SamplingSpec(cfg.rollout.max_tokens, cfg.eval.temperature)  # 0 = greedy
+        self.eval_sampling = held_out_sampling(
+            cfg.rollout, cfg.eval.samples, cfg.eval.temperature, cfg.rollout.max_tokens
+        )
         self.admission = AdmissionControl(cfg.train.batch_groups, cfg.train.max_staleness)
         self.counters = RunCounters(**saved.get("counters", {}))
         self.stall = StallWatch()  # what the training loop waits on: a wait far longer than a step is warned of
@@ -518,8 +519,9 @@ class Driver:
         live, state = self.fleet.rollout.live, self._reward_state()
         rows, sampling, tools = self.test_rows, self.eval_sampling, self.groups.tools  # tools: episodes, as in training
         progressed = self.stall.progressed  # each problem's samples are progress for the stall watch
+        samples = self.cfg.eval.samples
         metrics = await evaluate(
-            rows, live, self.encoder, self.rewards, sampling, tag, state=state, tools=tools, on_problem=progressed
+            rows, live, self.encoder, self.rewards, sampling, tag, samples, state, tools, on_problem=progressed
         )
         self.logger.log(self.version, metrics, kind="eval")
         tqdm.write(eval_line(tag, self.version, metrics))  # above the training bar, which a print would break

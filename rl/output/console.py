@@ -272,13 +272,17 @@ def step_postfix(metrics: dict[str, float]) -> str:
 
 
 def eval_line(tag: str, step: int, metrics: dict[str, float]) -> str:
-    """A held-out evaluation's line: its tag, the trainer's step, the accuracy and how many problems, and the share
-    of samples the accuracy reward gave no value (counted wrong), if any."""
+    """A held-out evaluation's line: its tag, the trainer's step, the accuracy (with several samples a problem, and
+    pass@k at the most samples), how many problems, and the share of samples the accuracy reward gave no value
+    (counted wrong), if any."""
     unscored = metrics.get("unscored_frac", 0.0)
     caveat = f"; the accuracy reward gave no value for {unscored:.0%} of samples" if unscored else ""
+    k = int(metrics.get("samples_per_problem", 1))
+    best = f", pass@{k} {metrics[f'pass@{k}']:.3f}" if k > 1 else ""
+    each = f" x {k} samples" if k > 1 else ""
     return (
-        f"[eval {tag}] step {step}: held-out accuracy {metrics['accuracy']:.3f} "
-        f"({int(metrics['num_problems'])} problems{caveat})"
+        f"[eval {tag}] step {step}: held-out accuracy {metrics['accuracy']:.3f}{best} "
+        f"({int(metrics['num_problems'])} problems{each}{caveat})"
     )
 
 
