@@ -442,7 +442,9 @@ def test_bench_reports_episodes_with_and_without_shaping(bench_engine, tiny_mode
         samples, m = run["samples"], run["metrics"]
         assert m["kept"] == 4 and m["launched"] == len(samples) >= 4, run["mode"]
         assert any(s["turns"] >= 2 and s["tool_calls"] >= 1 and s["tool_s"] > 0 for s in samples), run["mode"]
-        assert all(s["tool_calls"] == s["turns"] - 1 or s["turns"] == 3 for s in samples), run["mode"]
+        # one call after each turn but the last; or after the last as well, where the episode ended on a tool: stopped
+        # while it ran (darts+sart aborts), or its result left no room for a reply
+        assert all(s["turns"] - 1 <= s["tool_calls"] <= min(s["turns"], 2) for s in samples), run["mode"]
         assert m["turns_per_episode"] == pytest.approx(np.mean([s["turns"] for s in samples]))
         assert m["decode_tokens_per_episode"] == pytest.approx(np.mean([s["length"] for s in samples]))
         assert m["tool_s_per_episode"] > 0 and m["tool_calls_per_episode"] > 0
