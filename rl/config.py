@@ -415,7 +415,16 @@ class TrainConfig(Strict):
         "for each other once (at the update's end) rather than at every micro-batch; costs full parameters and "
         "gradients on every rank during the step (ZeRO-2-like); false: ZeRO-3, gathered per micro-batch",
     )
-    lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate (constant)")
+    lr: float = Field(default=1e-3, gt=0, description="AdamW learning rate (after the warmup, before any decay)")
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        default="constant",
+        description="the rate after lr_warmup_steps: constant, or decaying to near 0 at max_steps, linearly or as "
+        "a half cosine (TRL's lr_scheduler_type; one rate per step, a function of the step, so a resume continues "
+        "on it)",
+    )
+    lr_warmup_steps: int = Field(
+        default=0, ge=0, description="steps of linear warmup from lr/lr_warmup_steps up to lr (TRL's warmup_steps)"
+    )
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay")
     grad_clip: float = Field(default=1.0, gt=0, description="gradient norm clip")
     micro_batch_size: int = Field(
@@ -1009,6 +1018,11 @@ TRL_NAMES = {
     "model_name_or_path": "model.path",
     "dataset_name": "data.source",
     "learning_rate": "train.lr",
+    "lr_scheduler_type": "train.lr_schedule (constant, linear or cosine)",
+    "warmup_steps": "train.lr_warmup_steps",
+    "warmup_ratio": "train.lr_warmup_steps (in steps: ratio x train.max_steps)",
+    "weight_decay": "train.weight_decay",
+    "max_grad_norm": "train.grad_clip",
     "num_generations": "shaping.m_keep",
     "max_completion_length": "rollout.max_tokens",
     "max_prompt_length": "rollout.max_model_len (prompt + response)",

@@ -287,6 +287,7 @@ CASES = [
     ("misspelt_key", lambda t: ["train.batchgroups=2"], "did you mean train.batch_groups?"),
     ("trl_name", lambda t: ["train.num_generations=4"], "(TRL's num_generations is shaping.m_keep here;"),
     ("trl_model_argument", lambda t: ["model_name_or_path=gpt2"], "(TRL's model_name_or_path is model.path here;"),
+    ("trl_scheduler", lambda t: ["train.lr_scheduler_type=cosine"], "(TRL's lr_scheduler_type is train.lr_schedule"),
     ("model_as_a_name", lambda t: ["model=Qwen/Qwen2.5-0.5B"], "; did you mean model.path=Qwen/Qwen2.5-0.5B?"),
     ("data_as_a_name", lambda t: ["data=gsm8k"], "; did you mean data.source=gsm8k?"),
     ("unknown_section", lambda t: ["nope.x=1"], "invalid config: nope: not a known key"),

@@ -9,7 +9,10 @@ import pytest
 from small_runs import SMALL
 
 from rl.bench.peer import summarize, tailor_points
+from rl.bench.trl_peer import grpo_arguments
+from rl.cli.common import recipe_path
 from rl.cli.main import main
+from rl.config import load_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -135,6 +138,19 @@ def test_trl_starts_with_the_environment_the_command_started_with(monkeypatch):
 def test_peer_only_refuses_equal_time_before_anything_runs(capsys):
     assert main(["bench", "peer", "arith_tiny", "--peer-only", "--equal-time", "--seeds", "0"]) == 2
     assert "--equal-time needs a Tailor variant's time" in capsys.readouterr().err
+
+
+def test_equal_time_with_a_decaying_learning_rate_is_refused_before_anything_runs(capsys):
+    """TRL would decay its rate over its step cap, not over the steps it reaches in Tailor's time."""
+    args = ["bench", "peer", "arith_tiny", "train.lr_schedule=cosine", "--equal-time", "--seeds", "0"]
+    assert main(args) == 2
+    assert "--equal-time with train.lr_schedule=cosine" in capsys.readouterr().err
+
+
+def test_trl_mirrors_the_learning_rate_schedule(tmp_path):
+    cfg = load_config(recipe_path("arith_tiny"), ["train.lr_schedule=linear", "train.lr_warmup_steps=5"])
+    args = grpo_arguments(cfg, seed=0, steps=20, out_dir=tmp_path, use_vllm=False)
+    assert (args["lr_scheduler_type"], args["warmup_steps"], args["max_steps"]) == ("linear", 5, 20)
 
 
 def test_peer_vllm_without_a_gpu_is_refused_before_anything_runs(monkeypatch, capsys):

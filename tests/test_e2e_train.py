@@ -76,6 +76,7 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, rollout_worker
         "algorithm.advantage=rloo",
         "algorithm.dynamic_sampling=true",
         "algorithm.kl_coef=0.01",
+        "train.lr_schedule=linear",  # a rate that falls by a third of lr a step
     )
     summary = run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
 
@@ -86,6 +87,7 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, rollout_worker
         if r["kind"] == "train"
     ]
     assert [r["staleness_max"] for r in train] == [0, 0, 0]  # periodic asynchrony is on-policy
+    assert [r["lr"] for r in train] == pytest.approx([cfg.train.lr * f for f in (1, 2 / 3, 1 / 3)])
     assert all(r["weight_sync_wait_s"] >= r["weight_sync_s"] > 0 for r in train)  # on-policy: the loop waits
     assert all(r["samples"] == 16 for r in train)  # dropped groups were refilled: the batch never shrinks
     dropped = summary["dropped_groups"].get("zero_variance", 0)

@@ -31,6 +31,9 @@ class TrainerSpec:
 
     model: str
     lr: float = _default(TrainConfig, "lr")
+    lr_schedule: str = _default(TrainConfig, "lr_schedule")
+    lr_warmup_steps: int = _default(TrainConfig, "lr_warmup_steps")
+    total_steps: int = _default(TrainConfig, "max_steps")  # the step a decaying schedule ends at
     weight_decay: float = _default(TrainConfig, "weight_decay")
     grad_clip: float = _default(TrainConfig, "grad_clip")
     loss: LossSpec = field(default_factory=LossSpec)
@@ -65,6 +68,9 @@ class TrainerSpec:
         return cls(
             model=model_dir,
             lr=t.lr,
+            lr_schedule=t.lr_schedule,
+            lr_warmup_steps=t.lr_warmup_steps,
+            total_steps=t.max_steps,
             weight_decay=t.weight_decay,
             grad_clip=t.grad_clip,
             loss=loss,

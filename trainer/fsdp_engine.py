@@ -27,6 +27,7 @@ from rl.kernels.token_logprobs import token_logprobs
 from rl.trainer.batching import Row, TokenBatch, collate, cut_micro_batches, rows_of
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.hooks import loss_hooks
+from rl.trainer.lr_schedule import lr_factor
 
 from rl.algorithm.losses import MAX_STATS, empty_stats, finalize_stats, merge_stats, policy_loss
 from rl.algorithm.off_policy import ess_lr_scale
@@ -343,8 +344,10 @@ class FSDPEngine:
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
         stats = finalize_stats(totals)
         scale = ess_lr_scale(stats["ess_ratio"]) if self.spec.ess_lr_scaling else 1.0
+        spec = self.spec
+        scale *= lr_factor(self.version + 1, spec.lr_schedule, spec.lr_warmup_steps, spec.total_steps)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.spec.lr * scale
+            group["lr"] = spec.lr * scale
         skipped = not (math.isfinite(grad_norm) and math.isfinite(loss)) or units == 0
         if not skipped:
             self.optimizer.step()

