@@ -912,6 +912,13 @@ COMMANDS = [
         "--steps must be at least 90",
         1,
     ),
+    (
+        "soak_bad_override",  # refused before the soak's first `rl train` process starts
+        lambda t: ["bench", "soak", "arith_tiny", "train.lr=abc", "--steps", "90", "--out", str(t / "soak")],
+        2,
+        "invalid config: train.lr: Input should be a valid number",
+        1,
+    ),
     ("report_missing_run", lambda t: ["report", str(t / "none")], 2, "cannot report: no metrics file at", 1),
     ("report_no_train_records", lambda t: ["report", _metrics(t, ["{oops", "{}"])], 2, "has no train records", 1),
     ("models_unknown_builtin", lambda t: ["models", "build", "nope"], 2, "invalid choice: 'nope'", USAGE),

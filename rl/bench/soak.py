@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.bench.faults import FAULT_LOG_ENV, FAULTS_ENV
+from rl.bench.stopped import BenchStopped
 from rl.loop.checkpoint import latest_checkpoint, step_of
 from rl.loop.processes import alive, command_line, descendants, kill_tree, wait_for
 from rl.trainer.hooks import HOOKS_ENV
@@ -85,7 +86,7 @@ class SoakResult:
         return all(self.checks.values())
 
 
-class SoakFailed(Exception):
+class SoakFailed(BenchStopped):
     """The run did something the soak does not survive (it exited on its own with an error)."""
 
 
@@ -105,6 +106,21 @@ def last_step(run_dir: Path) -> int:
     return max((r["step"] for r in train_records(run_dir) if r["kind"] == "train"), default=0)
 
 
+def soak_settings(schedule: SoakSchedule, out_dir: Path, overrides: list[str]) -> list[str]:
+    """The overrides the soak's ``rl train`` runs with: its run in ``out_dir/run``, the faulty reward, the schedule's
+    steps and checkpoints, then the command's ``overrides``."""
+    return [
+        f"output_dir={out_dir}",
+        "name=run",
+        "reward.functions.0.fn=rl.bench.faults:arith_exact_with_faults",
+        f"train.max_steps={schedule.steps}",
+        f"train.checkpoint_every={schedule.checkpoint_every}",
+        "rollout.max_restarts=2",
+        "reward.timeout_s=2",  # a hung call costs this much
+        *overrides,
+    ]
+
+
 def run_soak(recipe: str, schedule: SoakSchedule, out_dir: Path, overrides: list[str]) -> SoakResult:
     """Train ``recipe`` under ``schedule``'s faults in ``out_dir/run``; returns what happened and the checks."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -118,16 +134,7 @@ def run_soak(recipe: str, schedule: SoakSchedule, out_dir: Path, overrides: list
         HOOKS_ENV: "rl.bench.faults:nan_loss",
         FAULT_LOG_ENV: str(fault_log),
     }
-    settings = [
-        f"output_dir={out_dir}",
-        "name=run",
-        "reward.functions.0.fn=rl.bench.faults:arith_exact_with_faults",
-        f"train.max_steps={schedule.steps}",
-        f"train.checkpoint_every={schedule.checkpoint_every}",
-        "rollout.max_restarts=2",
-        "reward.timeout_s=2",  # a hung call costs this much
-        *overrides,
-    ]
+    settings = soak_settings(schedule, out_dir, overrides)
     log = out_dir / "train.log"
     log.write_text("")
     t0 = time.monotonic()

@@ -290,7 +290,9 @@ def _add_bench_peer(bench: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench_soak(args: argparse.Namespace) -> int:
-    from rl.bench.soak import SoakFailed, SoakSchedule, run_soak, soak_table, write_soak
+    from rl.bench.soak import SoakFailed, SoakSchedule, run_soak, soak_settings, soak_table, write_soak
+    from rl.config import load_config
+    from rl.inputs.preflight import preflight
 
     schedule = SoakSchedule(steps=args.steps)
     if args.steps < schedule.min_steps:
@@ -301,10 +303,14 @@ def cmd_bench_soak(args: argparse.Namespace) -> int:
         )
         return 2
     out = args.out or Path(f"runs/bench-soak-{Path(args.recipe).stem}")
+    cfg = checked_config(lambda: load_config(recipe_path(args.recipe), soak_settings(schedule, out, args.overrides)))
+    if cfg is None:
+        return 2
+    preflight(cfg, say=False)  # the run's inputs, before its first process starts
     try:
         result = run_soak(args.recipe, schedule, out, args.overrides)
     except SoakFailed as e:
-        print(f"soak failed: {e}", file=sys.stderr)
+        print(f"rl bench soak stopped: {e}", file=sys.stderr)
         return 1
     write_soak(result, out)
     print(soak_table(result))
