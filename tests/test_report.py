@@ -125,6 +125,19 @@ def test_report_uses_last_run_and_eval_points_without_summary(tmp_path: Path) ->
     assert rows["final train reward"] == "0.750 (step 6)"
 
 
+def test_evaluations_of_several_samples_get_a_pass_at_k_row(tmp_path: Path) -> None:
+    """``eval.samples=4``: the evaluations log pass@1..4; the table shows pass@4 from the first to the last."""
+    evals = [
+        eval_record(step, acc, time_s) | {"samples_per_problem": 4.0, "pass@2": acc + 0.1, "pass@4": acc + 0.2}
+        for step, acc, time_s in ((0, 0.25, 5.0), (6, 0.5, 30.0))
+    ]
+    write_lines(tmp_path, [evals[0], *(train_record(s) for s in range(1, 7)), evals[1]])
+    rows = dict(summary_rows(load_run(tmp_path / "metrics.jsonl")))
+    assert rows["held-out pass@4"] == "0.450 (step 0) -> 0.700 (step 6)"
+    write_lines(tmp_path, synthetic_run(summary=False))  # one sample a problem: no such row
+    assert not any(name.startswith("held-out pass@") for name, _ in summary_rows(load_run(tmp_path / "metrics.jsonl")))
+
+
 def reward_only_run() -> list[dict]:
     """Two train lines with reward keys only: just the reward plot has data."""
     return [{"kind": "train", "step": s, "time_s": float(s), "reward_mean": 0.5, "accuracy": 0.5} for s in (1, 2)]

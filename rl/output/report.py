@@ -233,6 +233,20 @@ def heldout_accuracy(run: RunMetrics) -> str:
     return f"{a0:.3f} (step {first['step']}) -> {a1:.3f} (step {last['step']})"
 
 
+def heldout_pass_rows(run: RunMetrics) -> list[tuple[str, str]]:
+    """With several samples a held-out problem (``eval.samples``): a row of pass@k at the most samples, first
+    evaluation -> last; none otherwise."""
+    several = [r for r in run.eval if (number(r, "samples_per_problem") or 1) > 1]
+    if not several:
+        return []
+    key = f"pass@{int(several[-1]['samples_per_problem'])}"
+    points = [(r["step"], value) for r in several if (value := number(r, key)) is not None]
+    if not points:
+        return []
+    (first, p0), (last, p1) = points[0], points[-1]
+    return [(f"held-out {key}", f"{p0:.3f} (step {first}) -> {p1:.3f} (step {last})")]
+
+
 def summary_rows(run: RunMetrics) -> list[tuple[str, str]]:
     """(name, value) rows of the report's summary table."""
     steps, _ = series(run.train, "step")
@@ -246,6 +260,7 @@ def summary_rows(run: RunMetrics) -> list[tuple[str, str]]:
         ("train steps", f"{len(run.train)} (last step {max(steps):g})" if steps else str(len(run.train))),
         ("wall time", wall),
         ("held-out accuracy", heldout_accuracy(run)),
+        *heldout_pass_rows(run),
         ("final train reward", last_value(run.train, "reward_mean")),
         ("mean step seconds", fmt(mean(run.train, "step_seconds"))),
         ("mean weight-sync seconds", fmt(mean(run.train, "weight_sync_s"))),
