@@ -83,12 +83,12 @@ def test_a_lora_run_resumes_only_from_a_checkpoint_holding_its_adapter(tmp_path)
     (a traceback); now one line before."""
     cfg = _run(tmp_path, "train.max_steps=30", "train.lora.rank=4")
     path = _write_checkpoint(cfg, 10)
-    for resume in (lambda: resume_config(cfg.run_dir, []), lambda: checkpoint.unfinished_run(cfg)):
+    for resume in (lambda: resume_config(cfg.run_dir, []), lambda: checkpoint.run_to_continue(cfg)):
         with pytest.raises(CheckpointError, match=r"step_000010: no LoRA adapter \(adapter/adapter_model.safetensors"):
             resume()
     (path / checkpoint.ADAPTER_DIR).mkdir()
     (path / checkpoint.ADAPTER_DIR / checkpoint.ADAPTER_WEIGHTS).write_text("x")
-    assert resume_config(cfg.run_dir, [])[1] == checkpoint.unfinished_run(cfg) == path
+    assert resume_config(cfg.run_dir, [])[1] == checkpoint.run_to_continue(cfg) == path
 
 
 def test_a_new_run_over_an_old_one_starts_over(tmp_path, caplog):
@@ -237,13 +237,13 @@ def test_a_run_directory_from_an_earlier_tailor_loads_for_rl_eval(tmp_path, capl
 
 def test_the_same_command_after_a_stop_continues_the_run_and_another_one_is_refused(tmp_path, caplog):
     cfg = _run(tmp_path, "train.max_steps=30")
-    assert checkpoint.unfinished_run(cfg) is None  # no checkpoint yet: a new run
+    assert checkpoint.run_to_continue(cfg) is None  # no checkpoint yet: a new run
     _write_checkpoint(cfg, 10, max_steps=30)
     caplog.set_level(logging.INFO)
-    assert checkpoint.unfinished_run(cfg).name == "step_000010"
+    assert checkpoint.run_to_continue(cfg).name == "step_000010"
     assert "holds this run, stopped at step 10 of 30: continuing it from step_000010" in caplog.text
     longer = load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", "name=r", "train.max_steps=60"])
-    assert checkpoint.unfinished_run(longer).name == "step_000010"  # a resumable setting is the command's own
+    assert checkpoint.run_to_continue(longer).name == "step_000010"  # a resumable setting is the command's own
 
     other = load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", "name=r", "train.max_steps=30", "seed=5"])
     refused = (
@@ -252,14 +252,34 @@ def test_the_same_command_after_a_stop_continues_the_run_and_another_one_is_refu
         "output_dir="
     )
     with pytest.raises(CheckpointError) as e:
-        checkpoint.unfinished_run(other)
+        checkpoint.run_to_continue(other)
     assert str(e.value) == refused
     shorter = load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", "name=r", "train.max_steps=8"])
     with pytest.raises(CheckpointError, match=r"\(it is at step 10, this command's train.max_steps is 8\)"):
-        checkpoint.unfinished_run(shorter)
+        checkpoint.run_to_continue(shorter)
 
     _write_checkpoint(cfg, 30, max_steps=30)  # the run finished: the same command trains a new one over it
-    assert checkpoint.unfinished_run(cfg) is None
+    assert checkpoint.run_to_continue(cfg) is None
+
+
+def test_a_finished_run_is_trained_on_by_a_longer_command_and_kept_from_another_one(tmp_path, caplog):
+    """Over a finished run, the same command starts it over; with more steps it trains the run on (as --resume
+    does); with other settings (a seed sweep into one name) it is refused, not removed."""
+    cfg = _run(tmp_path, "train.max_steps=30")
+    _write_checkpoint(cfg, 30, max_steps=30)
+    caplog.set_level(logging.INFO)
+    assert checkpoint.run_to_continue(cfg) is None
+    longer = load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", "name=r", "train.max_steps=60"])
+    assert checkpoint.run_to_continue(longer).name == "step_000030"
+    assert "holds this run, finished at step 30: training it on to step 60 from step_000030" in caplog.text
+    seed = load_config(recipe_path("arith_tiny"), [f"output_dir={tmp_path}", "name=r", "train.max_steps=30", "seed=1"])
+    with pytest.raises(CheckpointError) as e:
+        checkpoint.run_to_continue(seed)
+    assert str(e.value) == (
+        f"{cfg.run_dir} holds a finished run (step 30) under other settings (seed is 1, was 0), which a new run there "
+        f"would remove; give this run another name= or output_dir=, or remove {cfg.run_dir} first"
+    )
+    assert [p.name for p in checkpoint.complete_checkpoints(cfg.run_dir)] == ["step_000030"]  # kept
 
 
 def test_a_resume_takes_the_last_step_the_checkpoint_recorded(tmp_path):

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from rl.config import describe_config, load_config
-    from rl.loop.checkpoint import CheckpointError, resume_config, unfinished_run
+    from rl.loop.checkpoint import CheckpointError, resume_config, run_to_continue
 
     if args.help_config:
         print("\n".join(describe_config()))
@@ -58,7 +58,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     with run_dir_lock(cfg.run_dir):  # the same command run twice: the second one says so, before it starts
         if resume is None:  # the same command run again after a stop: it continues the run
             try:
-                resume = unfinished_run(cfg)
+                resume = run_to_continue(cfg)
             except CheckpointError as e:
                 raise BadInput(str(e)) from None
         return _drive(args, cfg, inputs, resume)

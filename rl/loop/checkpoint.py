@@ -207,10 +207,12 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
     return cfg, checkpoint
 
 
-def unfinished_run(cfg: RunConfig) -> Path | None:
-    """The checkpoint to continue from when ``cfg``'s run directory holds this same run, stopped before its last step
-    (the command run again after a stop or a crash); None where it holds no run or a finished one (a new run starts
-    over it). Raises ``CheckpointError`` (one line) for an unfinished run there under other settings."""
+def run_to_continue(cfg: RunConfig) -> Path | None:
+    """The checkpoint to continue from when ``cfg``'s run directory holds this same run and the command trains it
+    further: stopped before its last step (the command run again after a stop or a crash), or finished at fewer steps
+    than the command's ``train.max_steps``; None where it holds no run, or this run finished (the same command again
+    starts it over). Raises ``CheckpointError`` (one line) for a run there under other settings, which a new run
+    would remove."""
     config_file = cfg.run_dir / CONFIG_FILE
     try:
         checkpoint = latest_checkpoint(cfg.run_dir)
@@ -219,28 +221,38 @@ def unfinished_run(cfg: RunConfig) -> Path | None:
     if not config_file.exists():
         return None
     saved = read_driver_state(checkpoint)
+    step = saved["version"]
     planned = saved.get("max_steps") or read_recipe(config_file, local_paths=False)["train"]["max_steps"]
-    if saved["version"] >= planned:
-        return None
     then = settings_then(checkpoint, saved, config_file)
     changed = setting_changes(then, cfg) if then is not None else f"{config_file} was edited since"
-    if not changed and saved["version"] >= cfg.train.max_steps:
-        changed = f"it is at step {saved['version']}, this command's train.max_steps is {cfg.train.max_steps}"
+    where = shlex.quote(str(cfg.run_dir))
+    if step >= planned:  # finished
+        if changed:
+            raise CheckpointError(
+                f"{cfg.run_dir} holds a finished run (step {step}) under other settings ({changed}), which a new run "
+                f"there would remove; give this run another name= or output_dir=, or remove {where} first"
+            )
+        if cfg.train.max_steps <= step:
+            return None
+        return _continuing(
+            cfg, checkpoint, then, f"finished at step {step}: training it on to step {cfg.train.max_steps}"
+        )
+    if not changed and step >= cfg.train.max_steps:
+        changed = f"it is at step {step}, this command's train.max_steps is {cfg.train.max_steps}"
     if changed:
         raise CheckpointError(
-            f"{cfg.run_dir} holds an unfinished run (stopped at step {saved['version']} of {planned}) that this "
-            f"command would not continue ({changed}); continue it with rl train --resume "
-            f"{shlex.quote(str(cfg.run_dir))}, or give this run another name= or output_dir="
+            f"{cfg.run_dir} holds an unfinished run (stopped at step {step} of {planned}) that this command would not "
+            f"continue ({changed}); continue it with rl train --resume {where}, or give this run another name= or "
+            "output_dir="
         )
+    return _continuing(cfg, checkpoint, then, f"stopped at step {step} of {planned}: continuing it")
+
+
+def _continuing(cfg: RunConfig, checkpoint: Path, then: dict[str, Any], how: str) -> Path:
+    """``checkpoint``, once its adapter is checked, with a line saying the run continues (``how``)."""
     check_adapter(cfg, checkpoint)
     log_new_settings(then, cfg, checkpoint)
-    log.info(
-        "%s holds this run, stopped at step %d of %d: continuing it from %s (another name= starts a new one)",
-        cfg.run_dir,
-        saved["version"],
-        planned,
-        checkpoint.name,
-    )
+    log.info("%s holds this run, %s from %s (another name= starts a new one)", cfg.run_dir, how, checkpoint.name)
     return checkpoint
 
 
