@@ -248,9 +248,11 @@ class _Started(Exception):
 
 
 @pytest.fixture
-def started(monkeypatch) -> dict:
-    """``rl train`` in process up to the driver: the config it would run with lands in the returned dict's "cfg"."""
+def started(monkeypatch, tmp_path) -> dict:
+    """``rl train`` in process up to the driver: the config it would run with lands in the returned dict's "cfg".
+    Run from an empty folder: a ``runs/arith_tiny`` of ``make demo`` where the tests run would refuse the run."""
     seen: dict = {}
+    monkeypatch.chdir(tmp_path)
 
     class Driver:
         def __init__(self, cfg, *_args):
