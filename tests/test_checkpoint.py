@@ -282,6 +282,27 @@ def test_a_finished_run_is_trained_on_by_a_longer_command_and_kept_from_another_
     assert [p.name for p in checkpoint.complete_checkpoints(cfg.run_dir)] == ["step_000030"]  # kept
 
 
+def test_a_run_finished_without_checkpoints_keeps_its_records_from_another_command(tmp_path):
+    """``train.save_checkpoint=false``: the finished run's metrics and summary are all it leaves, and a seed sweep
+    into its name would remove them; the same command starts it over, as does any command over a stopped run."""
+    cfg = _run(tmp_path, "train.max_steps=30", "train.save_checkpoint=false")
+    summary = cfg.run_dir / checkpoint.SUMMARY_FILE
+    summary.write_text(json.dumps({"steps": 30, "stopped_by": None, "failure": None}))
+    assert checkpoint.run_to_continue(cfg) is None
+    seed = load_config(
+        recipe_path("arith_tiny"),
+        [f"output_dir={tmp_path}", "name=r", "train.max_steps=30", "train.save_checkpoint=false", "seed=1"],
+    )
+    with pytest.raises(CheckpointError) as e:
+        checkpoint.run_to_continue(seed)
+    assert str(e.value) == (
+        f"{cfg.run_dir} holds a finished run (step 30) under other settings (seed is 1, was 0), which a new run there "
+        f"would remove; give this run another name= or output_dir=, or remove {cfg.run_dir} first"
+    )
+    summary.write_text(json.dumps({"steps": 12, "stopped_by": "SIGTERM", "failure": None}))
+    assert checkpoint.run_to_continue(seed) is None  # stopped with nothing to resume from: a new run
+
+
 def test_a_resume_takes_the_last_step_the_checkpoint_recorded(tmp_path):
     """A run of 30 steps resumed with train.max_steps=80 and stopped at step 50: a plain --resume continues to 80,
     where config.yaml (written when the run started) still says 30."""

@@ -45,6 +45,7 @@ DISK_FULL_BYTES = 1 << 20  # less free space than this after a failed write: the
 
 CHECKPOINTS = "checkpoints"
 CONFIG_FILE = "config.yaml"
+SUMMARY_FILE = "summary.json"  # rl train's, written as a run ends
 DRIVER_STATE = "driver.json"
 SHAPING_STATE = "shaping.pkl"
 REQUIRED = ("model.safetensors", "config.json", "trainer_state.pt", SHAPING_STATE, DRIVER_STATE)
@@ -214,11 +215,12 @@ def run_to_continue(cfg: RunConfig) -> Path | None:
     starts it over). Raises ``CheckpointError`` (one line) for a run there under other settings, which a new run
     would remove."""
     config_file = cfg.run_dir / CONFIG_FILE
+    if not config_file.exists():
+        return None
     try:
         checkpoint = latest_checkpoint(cfg.run_dir)
     except CheckpointError:  # none, or an incomplete one: nothing a resume could read
-        return None
-    if not config_file.exists():
+        _keep_finished_records(cfg, config_file)
         return None
     saved = read_driver_state(checkpoint)
     step = saved["version"]
@@ -228,10 +230,7 @@ def run_to_continue(cfg: RunConfig) -> Path | None:
     where = shlex.quote(str(cfg.run_dir))
     if step >= planned:  # finished
         if changed:
-            raise CheckpointError(
-                f"{cfg.run_dir} holds a finished run (step {step}) under other settings ({changed}), which a new run "
-                f"there would remove; give this run another name= or output_dir=, or remove {where} first"
-            )
+            raise _finished_elsewhere(cfg, step, changed)
         if cfg.train.max_steps <= step:
             return None
         return _continuing(
@@ -246,6 +245,28 @@ def run_to_continue(cfg: RunConfig) -> Path | None:
             "output_dir="
         )
     return _continuing(cfg, checkpoint, then, f"stopped at step {step} of {planned}: continuing it")
+
+
+def _keep_finished_records(cfg: RunConfig, config_file: Path) -> None:
+    """A run that finished without checkpoints (``train.save_checkpoint=false``) leaves its metrics and summary:
+    ``CheckpointError`` where ``cfg`` holds other settings, as over a finished run with checkpoints; nothing for a
+    run that stopped or failed, which has no step to resume from."""
+    try:
+        ended = json.loads((cfg.run_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):  # none: the run did not end (its records start anew), or it is unreadable
+        return
+    if ended.get("stopped_by") or ended.get("failure"):
+        return
+    if changed := setting_changes(_settings(read_recipe(config_file, local_paths=False)), cfg):
+        raise _finished_elsewhere(cfg, ended.get("steps"), changed)
+
+
+def _finished_elsewhere(cfg: RunConfig, step: int | None, changed: str) -> CheckpointError:
+    """The refusal of a new run over a finished one held under other settings (``changed``)."""
+    return CheckpointError(
+        f"{cfg.run_dir} holds a finished run (step {step}) under other settings ({changed}), which a new run there "
+        f"would remove; give this run another name= or output_dir=, or remove {shlex.quote(str(cfg.run_dir))} first"
+    )
 
 
 def _continuing(cfg: RunConfig, checkpoint: Path, then: dict[str, Any], how: str) -> Path:
@@ -289,7 +310,7 @@ def log_new_settings(then: dict[str, Any], cfg: RunConfig, checkpoint: Path) -> 
         log.info("settings new since %s take their defaults: %s", checkpoint.name, ", ".join(added))
 
 
-EARLIER_OUTPUTS = ("tb", "summary.json", "report.md", "plots")  # TensorBoard, rl train's summary, rl report's
+EARLIER_OUTPUTS = ("tb", SUMMARY_FILE, "report.md", "plots")  # TensorBoard, rl train's summary, rl report's
 
 
 def start_fresh(run_dir: Path) -> None:
