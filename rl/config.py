@@ -328,16 +328,6 @@ class ShapingConfig(Strict):
             )
         if self.long_slots >= self.m_keep:
             raise ValueError(f"long_slots ({self.long_slots}) must be < m_keep ({self.m_keep})")
-        if self.idle_target is not None and "darts" not in self.policy:
-            raise ValueError(
-                f"idle_target steers DARTS's avg_redundancy: it needs a DARTS policy, not {self.policy!r} (set "
-                "shaping.idle_target=null for this one)"
-            )
-        if self.priority != "none" and "darts" not in self.policy:
-            raise ValueError(
-                f"priority {self.priority!r} needs a DARTS policy (its length model), not {self.policy!r} (set "
-                "shaping.priority=none for this one)"
-            )
         self._check_scorer()
         return self
 
@@ -365,6 +355,16 @@ class ShapingConfig(Strict):
     def progress_tokens(self) -> int:
         """The token clock's period where the controllers watch running samples, else 0 (nothing streamed)."""
         return self.progress_every_tokens if self.watches_running else 0
+
+    @property
+    def steered_idle(self) -> float | None:
+        """The idle fraction a DARTS policy's redundancy is steered to; None without one (the setting is inert)."""
+        return self.idle_target if "darts" in self.policy else None
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether requests carry TIE priorities: a DARTS policy (its length model) and a priority other than none."""
+        return self.priority != "none" and "darts" in self.policy
 
     @property
     def scorer_worker(self) -> bool:

@@ -27,7 +27,6 @@ def test_bundled_recipe_loads_and_overrides_apply():
         ("shaping.long_slots=8", "shaping", "long_slots (8) must be < m_keep (8)"),
         ("shaping.long_wait=0.5", "shaping.long_wait", "greater than or equal to 1"),
         ("shaping.min_redundancy=1.75", "shaping", "need min_redundancy (1.75) <= avg_redundancy (1.5)"),
-        ("shaping.priority=longest_first", "shaping", "not 'plain' (set shaping.priority=none for this one)"),
         ("algorithm.correction=tis-token", "algorithm", "needs decoupled: true"),
         ("algorithm.advantage=ppo", "algorithm.advantage", "Input should be"),
         ("algorithm.correction_cap=0.5", "algorithm.correction_cap", "greater than or equal to 1"),

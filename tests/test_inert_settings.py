@@ -59,6 +59,17 @@ def test_a_setting_given_that_does_nothing_is_named_with_what_it_needs(overrides
     assert inert_settings(load_config(recipe_path("arith_tiny"), overrides)) == unused
 
 
+def test_the_unshaped_baseline_of_a_shaped_recipe_runs_with_its_knobs_said_unused():
+    """arith_smollm2's comment names ``shaping.policy=plain`` as its baseline: its DARTS knobs, the idle governor's
+    target among them, are said unused, not refused."""
+    cfg = load_config(recipe_path("arith_smollm2"), ["shaping.policy=plain"])
+    assert inert_settings(cfg) == [
+        "shaping.avg_redundancy (only with a shaping.policy other than plain)",
+        "shaping.max_redundancy, shaping.min_redundancy, shaping.long_wait, shaping.idle_target (only with "
+        "shaping.policy=darts or darts+sart)",
+    ]
+
+
 def test_no_bundled_recipe_gives_a_setting_it_does_not_use(caplog):
     """Nor is a default one said: only what a recipe or the command line gave counts."""
     with caplog.at_level("WARNING", logger="rl.config"):

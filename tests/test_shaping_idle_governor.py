@@ -3,11 +3,11 @@
 import math
 
 import pytest
-from pydantic import ValidationError
 from rl.shaping.factory import make_policy
 from rl.shaping.idle_governor import GAIN, IdleGovernor
 
 from rl.config import load_config
+from rl.loop.groups import new_shaping
 
 
 def test_idle_rollouts_buy_spares_and_a_busy_rollout_side_sheds_them():
@@ -37,10 +37,11 @@ def test_steered_redundancy_reaches_darts_plans():
     assert sum(p.n_launch for p in policy.plan(prompts)) == 64
 
 
-def test_config_ties_idle_target_to_darts():
+def test_idle_target_steers_only_a_darts_policy():
+    """A recipe's idle_target stays inert (said by ``inert_settings``) when the command picks another policy."""
     cfg = load_config(None, ["shaping.policy=darts+sart", "shaping.idle_target=0.1", "shaping.max_redundancy=2.5"])
-    assert cfg.shaping.idle_target == 0.1
-    with pytest.raises(
-        ValidationError, match=r"idle_target steers DARTS.*\(set shaping.idle_target=null for this one\)"
-    ):
-        load_config(None, ["shaping.policy=sart", "shaping.idle_target=0.1"])
+    assert new_shaping(cfg)["governor"].value == cfg.shaping.avg_redundancy
+    for policy in ("sart", "plain"):
+        assert (
+            new_shaping(load_config(None, [f"shaping.policy={policy}", "shaping.idle_target=0.1"]))["governor"] is None
+        )

@@ -19,6 +19,7 @@ DARTS_KNOBS = (
     "warmup_steps",
     "priority",
     "tie_beta",
+    "idle_target",
 )
 SART_KNOBS = ("alpha", "beta", "scorer")
 MODEL_SCORER_KNOBS = ("scorer_gpus",)  # scorer_model without a model scorer is refused by the config

@@ -177,7 +177,7 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None 
         seed=cfg.rollout.seed,
         max_num_seqs=cfg.rollout.max_num_seqs,
         stream_interval=cfg.shaping.progress_tokens or 1,
-        priority_scheduling=cfg.shaping.priority != "none",
+        priority_scheduling=cfg.shaping.prioritized,
         weight_transfer=cfg.weight_sync.transport,
         lora=cfg.train.lora if cfg.train.lora is not None and cfg.train.lora.sync == "adapter" else None,
         sleep_mode=cfg.rollout.sleep_while_training,

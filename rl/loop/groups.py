@@ -138,8 +138,8 @@ def new_shaping(cfg: RunConfig) -> dict[str, Any]:
     policy's redundancy (None without); a resumed run's comes from its checkpoint (``read_shaping``)."""
     s = cfg.shaping
     governor = (
-        IdleGovernor(s.avg_redundancy, s.min_redundancy, s.max_redundancy, s.idle_target)
-        if s.idle_target is not None
+        IdleGovernor(s.avg_redundancy, s.min_redundancy, s.max_redundancy, s.steered_idle)
+        if s.steered_idle is not None
         else None
     )
     return {"policy": make_policy(s.policy, **shaping_options(cfg)), "governor": governor}
