@@ -223,14 +223,7 @@ def heldout_accuracy(run: RunMetrics) -> str:
     before, after = number(s, "accuracy_before"), number(s, "accuracy_after")
     if before is not None and after is not None:
         return f"{before:.3f} -> {after:.3f}"
-    points = [(r, number(r, "accuracy")) for r in run.eval]
-    points = [(r, acc) for r, acc in points if acc is not None]
-    if not points:
-        return "n/a (no eval records)"
-    (first, a0), (last, a1) = points[0], points[-1]
-    if len(points) == 1:
-        return f"{a0:.3f} (step {first['step']}; only one eval)"
-    return f"{a0:.3f} (step {first['step']}) -> {a1:.3f} (step {last['step']})"
+    return first_to_last(run.eval, "accuracy") or "n/a (no eval records)"
 
 
 def heldout_pass_rows(run: RunMetrics) -> list[tuple[str, str]]:
@@ -240,11 +233,19 @@ def heldout_pass_rows(run: RunMetrics) -> list[tuple[str, str]]:
     if not several:
         return []
     key = f"pass@{int(several[-1]['samples_per_problem'])}"
-    points = [(r["step"], value) for r in several if (value := number(r, key)) is not None]
+    change = first_to_last(several, key)
+    return [(f"held-out {key}", change)] if change else []
+
+
+def first_to_last(evals: list[dict], key: str) -> str | None:
+    """``key`` at the first evaluation that has it -> at the last, with their steps; None where none has it."""
+    points = [(r["step"], value) for r in evals if (value := number(r, key)) is not None]
     if not points:
-        return []
-    (first, p0), (last, p1) = points[0], points[-1]
-    return [(f"held-out {key}", f"{p0:.3f} (step {first}) -> {p1:.3f} (step {last})")]
+        return None
+    (first, v0), (last, v1) = points[0], points[-1]
+    if len(points) == 1:
+        return f"{v0:.3f} (step {first}; only one eval)"
+    return f"{v0:.3f} (step {first}) -> {v1:.3f} (step {last})"
 
 
 def summary_rows(run: RunMetrics) -> list[tuple[str, str]]:
