@@ -301,6 +301,12 @@ def test_a_run_finished_without_checkpoints_keeps_its_records_from_another_comma
     )
     summary.write_text(json.dumps({"steps": 12, "stopped_by": "SIGTERM", "failure": None}))
     assert checkpoint.run_to_continue(seed) is None  # stopped with nothing to resume from: a new run
+    with pytest.raises(CheckpointError) as e:
+        resume_config(cfg.run_dir, [])
+    assert str(e.value) == (
+        f"{cfg.run_dir}: ran with train.save_checkpoint=false, so it has no checkpoint to resume from; train it anew "
+        "(rl train with its recipe; another name= keeps this run)"
+    )
 
 
 def test_a_resume_takes_the_last_step_the_checkpoint_recorded(tmp_path):

@@ -182,6 +182,11 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
                 f"override {key!r} would break the run's continuity; a resume may change only "
                 f"{', '.join(RESUMABLE)} (start a new run to change the rest)"
             )
+    if not complete_checkpoints(run_dir) and not _saves_checkpoints(run_dir / CONFIG_FILE):
+        raise CheckpointError(
+            f"{run_dir}: ran with train.save_checkpoint=false, so it has no checkpoint to resume from; train it anew "
+            "(rl train with its recipe; another name= keeps this run)"
+        )
     checkpoint = latest_checkpoint(run_dir)
     saved = read_driver_state(checkpoint)
     planned = [f"train.max_steps={saved['max_steps']}"] if "max_steps" in saved else []  # maybe moved by a resume
@@ -206,6 +211,11 @@ def resume_config(run_dir: Path, overrides: list[str]) -> tuple[RunConfig, Path]
         )
     log_new_settings(then, cfg, checkpoint)
     return cfg, checkpoint
+
+
+def _saves_checkpoints(config_file: Path) -> bool:
+    """Whether the run whose config is ``config_file`` writes checkpoints (``train.save_checkpoint``)."""
+    return read_recipe(config_file, local_paths=False).get("train", {}).get("save_checkpoint", True) is not False
 
 
 def run_to_continue(cfg: RunConfig) -> Path | None:
