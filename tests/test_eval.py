@@ -12,12 +12,14 @@ from rl.data.arith import make_split
 from rl.evaluation.held_out import ProblemRecord, k_values, pass_at_k, summarize
 from rl.evaluation.offline import (
     EvalSettings,
-    engine_spec,
+    engine_context,
+    eval_inputs,
     recipe_for_dataset,
     resolve_eval_model,
     run_config_of,
     run_eval,
 )
+from rl.inputs.preflight import BadInput
 from rl.output.console import eval_line
 from rl.rewards.math import arith_exact, arith_steps
 
@@ -108,7 +110,6 @@ def test_a_checkpoint_of_a_run_is_evaluated_with_the_runs_config_and_held_out_ro
     import rl.evaluation.offline as offline
     from rl.cli.main import main
     from rl.config import RunConfig
-    from rl.inputs.preflight import BadInput
     from rl.loop.checkpoint import save_config
 
     run = tmp_path / "runs" / "r"
@@ -132,13 +133,26 @@ def test_a_checkpoint_of_a_run_is_evaluated_with_the_runs_config_and_held_out_ro
     assert used.data.system_prompt == "Add." and settings.as_trained and settings.model == str(checkpoint)
 
 
-def test_an_engine_for_a_recipe_made_for_a_larger_model_fits_the_model():
-    """A recipe's rollout.max_model_len beyond the model's positions is cut to them; never below what is needed."""
+def test_an_engine_holds_what_the_evaluation_needs():
+    """Without tools, the longest prompt and the response cap (a recipe's larger rollout.max_model_len would only
+    take KV cache); with tools, whose episodes grow, the recipe's, cut to the model's positions, never below that."""
     cfg = load_config(recipe_path("math_qwen2.5-1.5b"))
     assert cfg.rollout.max_model_len > 256
-    assert engine_spec(cfg, "m", 40, positions=256).max_model_len == 256
-    assert engine_spec(cfg, "m", 40, positions=None).max_model_len == cfg.rollout.max_model_len
-    assert engine_spec(cfg, "m", cfg.rollout.max_model_len + 8).max_model_len == cfg.rollout.max_model_len + 8
+    assert engine_context(cfg, 40, positions=256) == engine_context(cfg, 40) == 40
+    tools = load_config(recipe_path("calc_tiny"), ["rollout.max_model_len=512"])
+    assert engine_context(tools, 40, positions=256) == 256
+    assert engine_context(tools, 40, positions=None) == 512
+    assert engine_context(tools, 600) == 600
+
+
+def test_a_short_evaluation_needs_no_kv_cache_for_the_recipes_longest_sequence():
+    """--max-tokens 32 on a recipe of 4096-token sequences and a 1 MiB CPU KV cache (about 680 tokens of the tiny
+    model): the engine holds the prompt and 32 tokens, not 4096 (refused in one line before, the cache being too small
+    for a sequence nobody asked for)."""
+    cfg = load_config(recipe_path("arith_tiny"), ["rollout.max_model_len=4096", f"rollout.kv_cache_bytes={1 << 20}"])
+    settings = EvalSettings(model="builtin:arith-tiny", dataset="arith", recipe="arith_tiny", limit=4, max_tokens=32)
+    inputs = eval_inputs(cfg, settings)
+    assert inputs.context == max(len(inputs.encoder.encode(r.prompt)) for r in inputs.rows) + 32
 
 
 def test_an_engine_vllm_refuses_stops_rl_eval_in_one_line(tiny_model_dir, tmp_path, capsys):

@@ -81,14 +81,13 @@ def run_config_of(model: str) -> Path | None:
 
 @dataclass
 class EvalInputs:
-    """What ``eval_inputs`` checked and loaded: the model directory, its prompt encoder, the split's rows, the
-    longest of their prompts in tokens and the model's positions (None where unknown)."""
+    """What ``eval_inputs`` checked and loaded: the model directory, its prompt encoder, the split's rows and the
+    engine's context in tokens (``engine_context``)."""
 
     model_dir: str
     encoder: PromptEncoder
     rows: list[PromptRow]
-    longest_prompt: int
-    positions: int | None
+    context: int
 
 
 def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
@@ -114,17 +113,20 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
     if not rows:
         raise BadInput(f"--dataset {data.source!r} split {settings.split!r} has no rows; check --split")
     functions = load_rewards(cfg)
-    import torch  # the engine's own import, after the checks that need none
-
-    if not torch.cuda.is_available():  # the engine runs on this machine's CPU, its KV cache rollout.kv_cache_bytes
-        check_cpu_kv_cache(cfg, model_dir)
     encoder = prompt_encoder(model_dir, settings.model, "model")
     check_chat_template(encoder, cfg, rows, f"model {settings.model!r}")
     check_rewards(cfg, functions, rows, encoder, check_tools(cfg, encoder, rows))  # a column the rows lack: here
     longest = max(len(prompt_ids(cfg, encoder)(r)) for r in rows)
     max_tokens = settings.max_tokens or cfg.rollout.max_tokens
     positions = check_response_room(model_dir, longest, max_tokens, settings.max_tokens is not None)
-    return EvalInputs(model_dir, encoder, rows, longest, positions)
+    context = engine_context(cfg, longest + max_tokens, positions)
+    import torch  # the engine's own import, after the checks that need none
+
+    if not torch.cuda.is_available():  # the engine runs on this machine's CPU, its KV cache rollout.kv_cache_bytes
+        check_cpu_kv_cache(
+            cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"max_model_len": context})}), model_dir
+        )
+    return EvalInputs(model_dir, encoder, rows, context)
 
 
 def prompt_ids(cfg: RunConfig, encoder: PromptEncoder) -> Callable[[PromptRow], list[int]]:
@@ -218,7 +220,7 @@ async def eval_report(
     if workers is None:
         from rl.rollout.local_worker import LocalRolloutWorker
 
-        spec = engine_spec(cfg, model_dir, checked.longest_prompt + max_tokens, checked.positions)
+        spec = engine_spec(cfg, model_dir, checked.context)
         log.info("starting the engine on %s", model_dir)
         own = await LocalRolloutWorker.start(spec, settings.cpu_threads_bind)
         workers = [own]
@@ -263,14 +265,23 @@ async def eval_report(
     return EvalReport(resolved, summarize(records), records)
 
 
-def engine_spec(cfg: RunConfig, model_dir: str, needed_len: int, positions: int | None = None) -> EngineSpec:
-    """The recipe's rollout engine for ``model_dir``, its context at least ``needed_len`` tokens; the recipe's
-    ``rollout.max_model_len`` cut to the model's ``positions`` where known (a recipe made for a larger model)."""
+def engine_context(cfg: RunConfig, needed_len: int, positions: int | None = None) -> int:
+    """The evaluation engine's context in tokens: ``needed_len`` (the longest prompt and the response cap), or with
+    tools, whose episodes grow past their first prompt, the recipe's ``rollout.max_model_len`` where that is more, cut
+    to the model's ``positions`` where known (a recipe made for a larger model)."""
+    r = cfg.rollout
+    if not ToolSettings.of(r):
+        return needed_len
+    return max(min(r.max_model_len, positions or r.max_model_len), needed_len)
+
+
+def engine_spec(cfg: RunConfig, model_dir: str, max_model_len: int) -> EngineSpec:
+    """The recipe's rollout engine for ``model_dir`` with a context of ``max_model_len`` tokens."""
     r = cfg.rollout
     return EngineSpec(
         model=model_dir,
         dtype=cfg.model.dtype,
-        max_model_len=max(min(r.max_model_len, positions or r.max_model_len), needed_len),
+        max_model_len=max_model_len,
         kv_cache_bytes=r.kv_cache_bytes,
         gpu_memory_utilization=r.gpu_memory_utilization,
         enforce_eager=r.enforce_eager,
