@@ -53,6 +53,7 @@ def _safetensors(tensors: dict, data: bytes) -> bytes:
 
 
 ONE_MIB_KV_CACHE = "rollout.kv_cache_bytes=1048576"  # the least it may be
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 SMOLLM2_CONFIG = json.dumps(
     {"model_type": "llama", "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9}
     | {"num_key_value_heads": 3, "intermediate_size": 1536, "vocab_size": 49152}
@@ -70,6 +71,15 @@ def _model(tmp_path: Path, files: dict[str, bytes | str] | None = None, config: 
     for name, content in (files if files is not None else {"model.safetensors": GOOD_WEIGHTS}).items():
         (out / name).write_bytes(content.encode() if isinstance(content, str) else content)
     return str(out)
+
+
+def _tokenized_model(tmp_path: Path, config: str) -> str:
+    """``_model`` with ``config`` and the tiny model's tokenizer, so that prompts can be counted in tokens."""
+    from rl.models import resolve_model
+
+    tiny = Path(resolve_model("builtin:arith-tiny"))
+    tokenizer = {name: (tiny / name).read_bytes() for name in TOKENIZER_FILES}
+    return _model(tmp_path, {"model.safetensors": GOOD_WEIGHTS, **tokenizer}, config)
 
 
 def _reward(tmp_path: Path, body: str) -> str:
@@ -590,10 +600,10 @@ COMMANDS = [
     ("eval_empty_dir", lambda t: ["eval", str(t), "--dataset", "arith"], 2, "is neither an HF model directory", 1),
     (
         "eval_kv_cache_too_small",  # vLLM refused it in the engine: a 63-line traceback
-        lambda t: ["eval", _model(t, config=SMOLLM2_CONFIG), "--dataset", "arith", "--set", ONE_MIB_KV_CACHE],
+        lambda t: ["eval", _tokenized_model(t, SMOLLM2_CONFIG), "--dataset", "arith", "--set", ONE_MIB_KV_CACHE],
         2,
-        "bad input: rollout.kv_cache_bytes (1048576) cannot hold one sequence of rollout.max_model_len (96) tokens",
-        1,
+        "bad input: rollout.kv_cache_bytes (1048576) cannot hold one sequence of rollout.max_model_len (",  # the
+        1,  # longest prompt and the response cap: the engine's context (1 MiB is 22 tokens of SmolLM2's cache)
     ),
     ("eval_without_dataset", lambda t: ["eval", _model(t)], 2, "rl eval: give --dataset (arith, a preset", 1),
     (
