@@ -228,20 +228,31 @@ def test_after_a_run_sigterm_reaches_the_commands_own_handler_again(tmp_path):
 
 
 class StartingWorker(FakeRolloutWorker):
-    """An engine that takes its time to start: a stop signal comes meanwhile (``signum``, sent to this process), and
-    its shutdown call, as Ray's behind a constructor, waits until it is up (never, here)."""
+    """An engine that takes its time to start: a stop signal comes meanwhile (``signum``, sent to this process), while
+    it is being built (``stats``) or once it is up, during the evaluation before training (``generate_group``). Its
+    shutdown call, were it made, would hang (bounded: a failing test ends)."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, stops_in: str = "stats") -> None:
         super().__init__(0)
-        self.signum = signum
+        self.signum, self.stops_in = signum, stops_in
+        self.shutdown_calls = 0
 
     async def stats(self) -> dict[str, float]:
-        os.kill(os.getpid(), self.signum)
+        if self.stops_in == "stats":
+            os.kill(os.getpid(), self.signum)
         await asyncio.sleep(0.05)
         return {"startup_s": 0.05}
 
+    async def generate_group(self, *args: Any) -> Any:
+        if self.stops_in == "generate_group":
+            self.stops_in = "nowhere"  # once: a second signal stops a run at once
+            os.kill(os.getpid(), self.signum)
+            await asyncio.sleep(60)  # the evaluation is cancelled meanwhile
+        return await super().generate_group(*args)
+
     async def shutdown(self) -> None:
-        await asyncio.sleep(60)  # longer than the driver waits for it (bounded: a failing test ends)
+        self.shutdown_calls += 1
+        await asyncio.sleep(60)
 
 
 @pytest.mark.parametrize(
@@ -252,9 +263,9 @@ class StartingWorker(FakeRolloutWorker):
 def test_a_stop_signal_while_starting_ends_the_run_before_training(
     tmp_path, monkeypatch, caplog, signum, command_ignores_it, stops
 ):
-    """Ctrl-C or a closed terminal while the engines start: no evaluation, no step, the engines given a bounded
-    wait, a summary that says so. Under nohup (SIGHUP ignored) the run goes on and stays deaf to it."""
-    monkeypatch.setattr("rl.loop.driver.SHUTDOWN_WAIT_S", 0.2)
+    """Ctrl-C or a closed terminal while the engines are built: no evaluation, no step, the engines ended at once
+    (one still being built cannot answer a shutdown call), a summary that says so. Under nohup (SIGHUP ignored) the
+    run goes on and stays deaf to it."""
     cfg = small_run(tmp_path, "fleet", "train.max_steps=2", "train.max_staleness=1")
     worker, trainer = StartingWorker(signum), FakeTrainer()
     # the command's handler: ignored (nohup), or the default, whatever this process inherited (CI may run under nohup)
@@ -276,7 +287,26 @@ def test_a_stop_signal_while_starting_ends_the_run_before_training(
     assert summary["stopped_by"] == signal.Signals(signum).name
     assert summary["steps"] == 0 and trainer.version == 0 and worker.groups == 0  # not even the evaluation before
     assert summary["checkpoint"] is None and summary["groups_unaccounted"] == 0
-    assert time.monotonic() - started < 5
+    assert worker.shutdown_calls == 0 and time.monotonic() - started < 2
+    assert "did not shut down within" not in caplog.text
+
+
+def test_a_stop_signal_during_the_evaluation_before_training_gives_the_engines_a_bounded_wait(
+    tmp_path, monkeypatch, caplog
+):
+    """Ctrl-C once the engines are up: they are asked to shut down, waited for ``SHUTDOWN_WAIT_S`` at most, then
+    ended."""
+    monkeypatch.setattr("rl.loop.driver.SHUTDOWN_WAIT_S", 0.2)
+    cfg = small_run(tmp_path, "fleet", "train.max_steps=2", "train.max_staleness=1")
+    worker, trainer = StartingWorker(signal.SIGINT, stops_in="generate_group"), FakeTrainer()
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        started = time.monotonic()
+        summary = asyncio.run(Driver(cfg, start_actors=in_process_fleet([worker], [], trainer)).run())
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert summary["stopped_by"] == "SIGINT" and summary["steps"] == 0 and trainer.version == 0
+    assert worker.shutdown_calls == 1 and time.monotonic() - started < 5
     assert "did not shut down within" in caplog.text
 
 

@@ -267,7 +267,7 @@ class Driver:
     async def _start_up(self) -> float:
         """Wait for the actors, start the training clock, then restore the checkpoint or evaluate before training;
         returns the engines' start-up seconds."""
-        engines = asyncio.gather(*[w.stats.remote() for w in self.fleet.rollout.started])
+        engines = self.fleet.rollout.wait_until_up()
         stats, _ = await asyncio.gather(engines, form_process_group(self.fleet.trainers))  # all up, or one died
         waited = time.monotonic() - self.fleet_started  # the user's wait: worker processes, imports, the engine
         startup_s = max(s["startup_s"] for s in stats)

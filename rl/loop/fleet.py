@@ -31,10 +31,11 @@ class RestartCounters(Protocol):
 class RolloutPool:
     """The rollout workers of a run.
 
-    Invariants: every worker ever started is in ``started`` (all are shut down at the end); ``live`` holds those
-    still answering, in ``started``, and is never rebound (the weight channel sends to this very list); a worker
-    that died is replaced while ``counters.dead_workers <= max_restarts`` and a replacement joins ``live`` only
-    after loading the current weights.
+    Invariants: every worker ever started is in ``started`` (all are ended at the end); ``up`` holds those whose
+    engine was built (they answered once) and only these are asked to shut down; ``live`` holds those still
+    answering, in ``started``, and is never rebound (the weight channel sends to this very list); a worker that died
+    is replaced while ``counters.dead_workers <= max_restarts`` and a replacement joins ``live`` only after loading
+    the current weights.
     """
 
     def __init__(
@@ -46,12 +47,24 @@ class RolloutPool:
     ) -> None:
         self.started = list(workers)
         self.live = list(workers)
+        self.up: list[Any] = []  # answered once: built, so a shutdown call is answered
         self.counters = counters
         self.start_worker = start_worker  # index -> a new worker in that slot (same CPU bind); None: no restarts
         self.max_restarts = max_restarts
         self.restarting = 0  # replacements being started
         self._turns = itertools.count()
         self._replacements: set[asyncio.Task] = set()
+
+    async def wait_until_up(self) -> list[dict[str, float]]:
+        """Wait until every started worker's engine is built (one dies: its error); their stats, in ``started``
+        order."""
+
+        async def answered(worker: Any) -> dict[str, float]:
+            stats = await worker.stats.remote()
+            self.up.append(worker)
+            return stats
+
+        return await asyncio.gather(*[answered(w) for w in self.started])
 
     def next(self) -> Any:
         """The next live worker, round robin (only while ``live`` is not empty)."""
@@ -94,6 +107,7 @@ class RolloutPool:
             worker = self.start_worker(index)
             self.started.append(worker)  # shut down with the others whatever happens next
             version = await load_current(worker)
+            self.up.append(worker)
             self.live.append(worker)
             self.counters.restarted_workers += 1
             log.warning("a replacement rollout worker joined at version %d; %d live", version, len(self.live))
@@ -105,11 +119,12 @@ class RolloutPool:
                 on_exhausted()
 
     async def shutdown(self, wait_s: float | None = None) -> None:
-        """Stop replacements still starting, then every engine ever started (a dead one's call just fails); with
-        ``wait_s``, wait that long at most (an engine still starting answers only once it is up)."""
+        """Stop replacements still starting, then every engine that came up (a dead one's call just fails); with
+        ``wait_s``, wait that long at most. An engine still being built would answer only once it is up: it is left
+        to ``Fleet.shutdown``'s kill, which ends it and everything it holds."""
         for task in self._replacements:
             task.cancel()
-        calls = asyncio.gather(*[w.shutdown.remote() for w in self.started], return_exceptions=True)
+        calls = asyncio.gather(*[w.shutdown.remote() for w in self.up], return_exceptions=True)
         try:
             await asyncio.wait_for(calls, wait_s)
         except TimeoutError:
