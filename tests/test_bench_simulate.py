@@ -12,6 +12,7 @@ from rl.shaping.scorers import ExternalScorer
 from rl.bench.rollout import RolloutBenchConfig
 from rl.bench.simulate import (
     SimulateError,
+    fit_context,
     fit_line,
     load_run_file,
     markdown,
@@ -19,6 +20,7 @@ from rl.bench.simulate import (
     mode_policy,
     natural_pools,
     simulate_run_file,
+    step_model,
 )
 from rl.bench.simulator import EngineModel, HostCost, LinearStep, Looks
 from rl.cli.main import main
@@ -55,6 +57,23 @@ def test_plain_replays_its_own_lengths(tmp_path: Path) -> None:
     assert "| plain | 0 | own | 0.005 | 0.005 | 1.00 |" in markdown(rows)
 
 
+def test_a_shaped_pass_is_also_replayed_as_it_ran(tmp_path: Path) -> None:
+    """Beside its simulation on plain's lengths, a pass that aborted samples runs its own samples to their recorded
+    lengths (the engine model's check apart from the draw); one aborted before its first token runs nowhere."""
+    shaped = run(MODES[1], 0, [[3, 7], [2]], 0.01)
+    shaped["samples"][1]["finish_reason"] = "abort"  # stopped at 7 tokens
+    shaped["samples"].append(record(1, 1, 0, "abort"))
+    rf = load_run_file(run_file(tmp_path, [run("plain", 0, [[3, 5], [2, 4]], 0.005), shaped]))
+    rows = simulate_run_file(rf, EngineModel(LinearStep(0.001, 0.0)))
+    assert [(r.mode, r.pool) for r in rows] == [("plain", "own"), (MODES[1], "plain"), (MODES[1], "as run")]
+    as_run = rows[2]
+    assert (as_run.batch.steps, as_run.batch.launched, as_run.batch.generated_tokens) == (7, 3, 12)
+    assert as_run.batch.seconds == pytest.approx(0.007) and as_run.steady_groups_per_s is None
+    assert f"| {MODES[1]} | 0 | as run | 0.007 | 0.010 | 0.70 | 0.71× | 0.50× | 7 | 12 | – | 3 | 0 | – |" in markdown(
+        rows
+    )
+
+
 def test_a_cut_short_run_replays_from_its_config_and_passes(tmp_path: Path) -> None:
     """A bench stopped before its end leaves bench_config.json and the passes that ended: that folder replays as the
     whole file would, with the engine the run recorded."""
@@ -85,6 +104,26 @@ def test_fit_recovers_the_line_from_the_passes_that_aborted_nothing(tmp_path: Pa
     fitted, label = fit_line(rf, EngineModel(LinearStep(0.0, 0.0), max_num_seqs=8))
     assert (fitted.a, fitted.c) == (pytest.approx(0.002), pytest.approx(0.0003))
     assert "fitted to the 2 passes that aborted nothing" in label
+
+
+def test_fit_to_a_profile_recovers_the_context_cost(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Measured times made by a profile (not straight in the batch size) plus a known cost per context token: ``fit:``
+    that profile gives the cost back, from plain's and shadow's passes alone."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"device": "d", "model": "m", "batch_sizes": [1, 4, 8],
+                                   "per_token_latency_s": [0.001, 0.0016, 0.004]}))  # fmt: skip
+    lengths = {"plain": [[3, 5], [2, 4]], "shadow": [[3, 5, 9, 1], [2, 4, 7, 6]]}
+    runs = [run(mode, 0, pool, 0.0) for mode, pool in lengths.items()]
+    rf = load_run_file(run_file(tmp_path, runs))
+    true = EngineModel(step_model(str(profile))[0], max_num_seqs=8, context_s=0.0002)
+    for r in rf.runs:
+        r["metrics"]["time_to_batch_s"] = simulate_run_file(rf, true, [r["mode"]])[0].batch.seconds
+    fitted, label = fit_context(rf, EngineModel(LinearStep(0.0, 0.0), max_num_seqs=8), str(profile))
+    assert fitted.context_s == pytest.approx(0.0002)
+    assert label == "profile of `m` on d + 200 µs per context token, fitted to the 2 passes that aborted nothing"
+    for r in rf.runs:  # faster than the profile alone: no negative cost
+        r["metrics"]["time_to_batch_s"] = 0.0
+    assert fit_context(rf, EngineModel(LinearStep(0.0, 0.0), max_num_seqs=8), str(profile))[0].context_s == 0.0
 
 
 def test_fit_refuses_host_terms_and_a_single_pass(tmp_path: Path) -> None:
@@ -136,6 +175,7 @@ def test_a_run_from_before_the_token_clock_looks_on_the_wall_clock(tmp_path: Pat
         (["RUN", "--profile", "linear:0.001,0", "--modes", "darts+tie"], "priorities are not simulated"),
         (["RUN", "--profile", "linear:0.001,0", "--host", "1,x"], "--host"),
         (["RUN", "--profile", "fit"], "--profile fit needs two passes"),
+        (["RUN", "--profile", "fit:no-such-profile"], "cannot read decode profile"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -129,6 +129,19 @@ def test_prefill_cost_per_admitted_request() -> None:
     assert r.seconds == pytest.approx(0.005 + 2 * 0.01)
 
 
+def test_context_cost_counts_the_tokens_each_running_sequence_has_generated() -> None:
+    # all at once: a sample of length L holds 0, 1, ..., L-1 generated tokens in its steps; 3 -> 3, 5 -> 10
+    free = LinearStep(0.0, 0.0)
+    r = simulate_batch(PlainPolicy(2), pools([3, 5]), EngineModel(free, context_s=1.0))
+    assert r.seconds == pytest.approx(3 + 10)
+    # one at a time: the 5 enters at step 3 with nothing generated, so it holds the same 10 (not 3 more per step)
+    r = simulate_batch(PlainPolicy(2), pools([3, 5]), EngineModel(free, max_num_seqs=1, context_s=1.0))
+    assert (r.steps, r.seconds) == (8, pytest.approx(3 + 10))
+    # an early stop ends the third sample's context with its abort: 2 -> 1, 3 -> 3, the aborted 6 after 3 steps -> 3
+    r = simulate_batch(SartPolicy(2, redundancy=1.5), pools([2, 3, 6]), EngineModel(free, context_s=1.0))
+    assert r.seconds == pytest.approx(1 + 3 + 3)
+
+
 @pytest.mark.parametrize("in_flight", [1, 3])
 def test_steady_state_of_identical_groups(in_flight: int) -> None:
     group_s = 0.004  # every group: two samples of 4 tokens

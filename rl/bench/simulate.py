@@ -48,11 +48,12 @@ from rl.bench.simulator import (
 from rl.config import ShapingConfig
 from rl.shaping.factory import make_policy
 from rl.shaping.plain import PlainPolicy
-from rl.shaping.policy import ShapingPolicy
+from rl.shaping.policy import GroupPlan, ShapingPolicy
 
 VLLM_DEFAULT_MAX_NUM_SEQS = 128
 LINEAR = "linear:"  # a --profile of the form linear:A,C is the line A + C*b seconds per step
-FIT = "fit"  # --profile fit: the line through the run's own passes that aborted nothing
+AS_RUN = "as run"  # a row's lengths: the measured pass's own samples, replayed without decisions
+FIT = "fit"  # --profile fit: the line through the run's own passes that aborted nothing; fit:P: P plus a context cost
 
 
 class SimulateError(ValueError):
@@ -76,10 +77,15 @@ class ModeRow:
 
     mode: str
     repeat: int
-    pool: str  # the run the natural lengths came from
+    pool: str  # the run the natural lengths came from ("as run": the pass's own samples, ``replay_as_run``)
     batch: SimResult
-    steady_groups_per_s: float
+    steady_groups_per_s: float | None  # None for a pass replayed as it ran: its decisions are not the policy's
     measured_s: float | None
+
+    @property
+    def kept_tokens(self) -> int | None:
+        """The simulated kept tokens; None for a pass replayed as it ran (every sample of it runs, none is chosen)."""
+        return None if self.pool == AS_RUN else self.batch.kept_tokens
 
     def to_dict(self) -> dict[str, Any]:
         b = self.batch
@@ -91,7 +97,7 @@ class ModeRow:
             "measured_s": self.measured_s,
             "steps": b.steps,
             "generated_tokens": b.generated_tokens,
-            "kept_tokens": b.kept_tokens,
+            "kept_tokens": self.kept_tokens,
             "launched": b.launched,
             "aborted": b.aborted,
             "max_running": b.max_running,
@@ -141,6 +147,15 @@ def bench_config(data: dict) -> tuple[RolloutBenchConfig, float | None]:
     return RolloutBenchConfig.model_validate(fields), None if wall is None else float(wall)
 
 
+def device_model(run: RunFile, engine: EngineModel, profile: str) -> tuple[EngineModel, str]:
+    """``engine`` with the device cost ``--profile`` names, and its label: ``fit`` (``fit_line``), ``fit:P``
+    (``fit_context``), or ``step_model``'s."""
+    if profile.startswith(f"{FIT}:"):
+        return fit_context(run, engine, profile.removeprefix(f"{FIT}:"))
+    step_s, label = fit_line(run, engine) if profile == FIT else step_model(profile)
+    return replace(engine, step_s=step_s), label
+
+
 def step_model(profile: str) -> tuple[StepTime, str]:
     """The device's step time from ``linear:A,C`` or a decode profile (path or shipped name), and its label."""
     if profile.startswith(LINEAR):
@@ -165,17 +180,8 @@ def fit_line(run: RunFile, engine: EngineModel) -> tuple[LinearStep, str]:
     to them is its check. Host cost and prefill must be 0 (the step is then linear in ``a`` and ``c``)."""
     import numpy as np
 
-    if engine.host != HostCost() or engine.prefill_s:
-        raise SimulateError("--profile fit fits the device line alone: leave out --host and --prefill-s")
     counting = replace(engine, step_s=LinearStep(0.0, 1.0))  # simulated seconds = running sequences summed over steps
-    points = []
-    for r in (r for r in run.runs if _natural(r)):
-        pools, _ = natural_pools(run.runs, r["repeat"], r["mode"])
-        looks = mode_looks(run.cfg, r["mode"], None, run.wall_every_s)
-        batch = timed_batch(run.cfg, r["mode"], pools, counting, looks, r["repeat"])
-        points.append((batch.steps, batch.seconds, r["metrics"]["time_to_batch_s"]))
-    if len(points) < 2:
-        raise SimulateError("--profile fit needs two passes that aborted nothing (plain, raw or shadow modes)")
+    points = [(batch.steps, batch.seconds, measured) for batch, measured in natural_passes(run, counting)]
     x, y = np.array([p[:2] for p in points], dtype=float), np.array([p[2] for p in points])
     fits = [np.linalg.lstsq(x, y, rcond=None)[0]] + [  # the line; where a term came out negative, one term alone
         np.where(np.arange(2) == i, y @ x[:, i] / (x[:, i] @ x[:, i]), 0.0) for i in (0, 1)
@@ -183,6 +189,42 @@ def fit_line(run: RunFile, engine: EngineModel) -> tuple[LinearStep, str]:
     a, c = min((f for f in fits if min(f) >= 0), key=lambda f: float(np.sum((x @ f - y) ** 2)))
     label = f"{a * 1e3:.3g} ms + {c * 1e6:.3g} µs per sequence, fitted to the {len(points)} passes that aborted nothing"
     return LinearStep(float(a), float(c)), label
+
+
+def fit_context(run: RunFile, engine: EngineModel, profile: str) -> tuple[EngineModel, str]:
+    """``engine`` with ``profile``'s step time (``step_model``) and the context cost (``EngineModel.context_s``) that
+    best fits, by least squares, the measured time to batch of the run's passes that aborted nothing, and its label.
+    The profile gives how a step's time grows with the running sequences, which a line fits badly where it is not
+    straight (a CPU's batching gain), but it was measured at short outputs: the passes' long samples pay attention
+    over contexts the profile never held. Host cost and prefill must be 0 (each simulated time is then the profile's
+    plus ``context_s`` times the contexts summed over steps)."""
+    step_s, label = step_model(profile)
+    profiled = [b.seconds for b, _ in natural_passes(run, replace(engine, step_s=step_s, context_s=0.0), 1)]
+    counting = replace(engine, step_s=LinearStep(0.0, 0.0), context_s=1.0)  # simulated seconds = contexts summed
+    contexts, measured = zip(*[(b.seconds, m) for b, m in natural_passes(run, counting, 1)], strict=True)
+    fitted = sum(c * (m - p) for c, m, p in zip(contexts, measured, profiled, strict=True))
+    context_s = max(0.0, fitted / sum(c * c for c in contexts)) if any(contexts) else 0.0
+    fit = f"{context_s * 1e6:.3g} µs per context token, fitted to the {len(profiled)} passes that aborted nothing"
+    return replace(engine, step_s=step_s, context_s=context_s), f"{label} + {fit}"
+
+
+def natural_passes(run: RunFile, engine: EngineModel, at_least: int = 2) -> list[tuple[SimResult, float]]:
+    """Each of the run's passes that aborted nothing, simulated on ``engine`` (its own lengths, looks as it ran),
+    with its measured time to batch; ``at_least`` of them, or a ``SimulateError``. Refuses host cost and prefill: the
+    fits that use these take simulated time as a sum of device steps."""
+    if engine.host != HostCost() or engine.prefill_s:
+        raise SimulateError(f"--profile {FIT} fits the device step alone: leave out --host and --prefill-s")
+    passes = []
+    for r in (r for r in run.runs if _natural(r)):
+        pools, _ = natural_pools(run.runs, r["repeat"], r["mode"])
+        looks = mode_looks(run.cfg, r["mode"], None, run.wall_every_s)
+        passes.append(
+            (timed_batch(run.cfg, r["mode"], pools, engine, looks, r["repeat"]), r["metrics"]["time_to_batch_s"])
+        )
+    if len(passes) < at_least:
+        passes_needed = "a pass" if at_least == 1 else "two passes"
+        raise SimulateError(f"--profile {FIT} needs {passes_needed} that aborted nothing (plain, raw or shadow modes)")
+    return passes
 
 
 def parse_host(text: str) -> HostCost:
@@ -290,20 +332,49 @@ def simulate_run_file(
     """Every mode (default: the run's, shadow left out) of every repeat in ``run``, simulated on ``engine``.
 
     Looks follow each mode's ``progress_every_tokens`` unless ``every_tokens`` or ``every_s`` is given; a run from
-    before the token clock looks on its wall clock. ``in_flight`` defaults to the batch's prompts.
+    before the token clock looks on its wall clock. ``in_flight`` defaults to the batch's prompts. Each measured
+    pass that aborted samples is also replayed as it ran (``replay_as_run``), after the mode's own row.
     """
     modes = modes or [m for m in dict.fromkeys(r["mode"] for r in run.runs) if m != SHADOW]
     check_modes(run.cfg, modes)
     wall = every_s or (run.wall_every_s if not every_tokens else None)
     rows = []
     for repeat in sorted({r["repeat"] for r in run.runs}):
-        measured = {r["mode"]: r["metrics"]["time_to_batch_s"] for r in run.runs if r["repeat"] == repeat}
+        passes = {r["mode"]: r for r in run.runs if r["repeat"] == repeat}
+        measured = {mode: r["metrics"]["time_to_batch_s"] for mode, r in passes.items()}
         for mode in modes:
             pools, source = natural_pools(run.runs, repeat, mode)
             looks = mode_looks(run.cfg, mode, every_tokens, wall)
             batch, steady = simulate_mode(run.cfg, mode, pools, engine, looks, batches, in_flight or len(pools), repeat)
             rows.append(ModeRow(mode, repeat, source, batch, steady, measured.get(mode)))
+            if mode in passes and not _natural(passes[mode]):
+                as_run = replay_as_run(passes[mode], engine, is_streamed(mode, looks))
+                rows.append(ModeRow(mode, repeat, AS_RUN, as_run, None, measured[mode]))
     return rows
+
+
+def replay_as_run(measured: dict, engine: EngineModel, streamed: bool) -> SimResult:
+    """A measured pass's own samples on the simulated engine, each run to the length it had (an aborted one to where
+    it was stopped), nothing decided: the engine model's check alone, apart from the draw of samples that makes a
+    shaped pass and its simulation (on another pass's natural lengths) decide differently."""
+    groups: dict[int, list[NaturalSample]] = {}
+    for s in sorted(measured["samples"], key=lambda s: (s["group"], s["index"])):
+        reason = s["finish_reason"] if s["finish_reason"] in ("stop", "length") else "stop"
+        if s["length"] > 0:  # one aborted before its first token ran nowhere
+            groups.setdefault(s["group"], []).append(NaturalSample(int(s["length"]), reason))
+    pools = [groups[g] for g in sorted(groups)]
+    return simulate_batch(_EachAsRun([len(p) for p in pools]), pools, engine, None, streamed)
+
+
+class _EachAsRun(PlainPolicy):
+    """Launches and keeps group ``g``'s ``sizes[g]`` recorded samples (prompt ids are the groups' indices)."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        super().__init__(max(sizes))
+        self.sizes = sizes
+
+    def plan(self, prompt_ids: list[str]) -> list[GroupPlan]:
+        return [GroupPlan(p, self.sizes[int(p)], self.sizes[int(p)]) for p in prompt_ids]
 
 
 def markdown(rows: list[ModeRow]) -> str:
@@ -319,10 +390,11 @@ def markdown(rows: list[ModeRow]) -> str:
         ratio = _fmt(r.measured_s and b.seconds / r.measured_s, "{:.2f}")
         sim_up = _fmt(base and b.seconds and base.batch.seconds / b.seconds, "{:.2f}×")
         measured_up = _fmt(base and base.measured_s and r.measured_s and base.measured_s / r.measured_s, "{:.2f}×")
+        kept = _fmt(r.kept_tokens, "{}")
         lines.append(
             f"| {r.mode} | {r.repeat} | {r.pool} | {b.seconds:.3f} | {_fmt(r.measured_s, '{:.3f}')} | {ratio} "
-            f"| {sim_up} | {measured_up} | {b.steps} | {b.generated_tokens} | {b.kept_tokens} | {b.max_running} "
-            f"| {b.waited} | {r.steady_groups_per_s:.2f} |"
+            f"| {sim_up} | {measured_up} | {b.steps} | {b.generated_tokens} | {kept} | {b.max_running} "
+            f"| {b.waited} | {_fmt(r.steady_groups_per_s, '{:.2f}')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -332,7 +404,8 @@ def engine_line(engine: EngineModel, label: str) -> str:
     h = engine.host
     return (
         f"simulated engine: {label}; max_num_seqs {engine.max_num_seqs}, stream_interval {engine.stream_interval}, "
-        f"lag {engine.lag_steps} steps, prefill {engine.prefill_s:g} s per request; "
+        f"lag {engine.lag_steps} steps, prefill {engine.prefill_s:g} s per request, "
+        f"{engine.context_s:g} s per context token; "
         f"host h0={h.step_s:g}, h_req={h.per_seq_s:g}, h_out={h.per_output_s:g}, h_abort={h.per_abort_s:g} s"
     )
 
@@ -345,6 +418,7 @@ def write_json(path: Path, rows: list[ModeRow], engine: EngineModel, profile: st
         "stream_interval": engine.stream_interval,
         "lag_steps": engine.lag_steps,
         "prefill_s": engine.prefill_s,
+        "context_s": engine.context_s,
         "host": asdict(engine.host),
     }
     path.write_text(json.dumps({"settings": settings, "rows": [r.to_dict() for r in rows]}, indent=1))

@@ -9,9 +9,11 @@ The engine model and its assumptions:
 * **Tokens.** Every running sequence gains one token per step. A sample runs to its natural length and ends with its
   natural finish reason unless its controller aborts it; an aborted sample keeps what it generated up to the step the
   abort was decided in (a waiting one generated nothing).
-* **Step time** ``max(g(b) + prefill_s·admitted, host)``: ``g(b)`` the device's step time with ``b`` running sequences
-  (a ``DecodeProfile``'s per-token latency, or ``LinearStep``), host the CPU's work for the step (``HostCost``); vLLM's
-  async scheduling overlaps the two, so the slower sets the pace.
+* **Step time** ``max(g(b) + prefill_s·admitted + context_s·context, host)``: ``g(b)`` the device's step time with
+  ``b`` running sequences (a ``DecodeProfile``'s per-token latency, or ``LinearStep``), ``context`` the tokens the
+  running sequences have generated so far (attention reads them: what a profile measured at short outputs leaves
+  out), host the CPU's work for the step (``HostCost``); vLLM's async scheduling overlaps the two, so the slower sets
+  the pace.
 * **Outputs.** A streamed request emits an output at its first token, whenever ``stream_interval`` tokens have
   accumulated since its last one, and at its end (vLLM's ``stream_interval`` rule); an unstreamed one only at its end.
   The frontend knows a streamed request's length as of its last output.
@@ -27,6 +29,7 @@ The engine model and its assumptions:
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -94,7 +97,8 @@ class HostCost:
 
 @dataclass(frozen=True)
 class EngineModel:
-    """The simulated engine: device step time, host cost, admission cap, stream interval, frontend lag, prefill."""
+    """The simulated engine: device step time, host cost, admission cap, stream interval, frontend lag, prefill and
+    context cost."""
 
     step_s: StepTime
     host: HostCost = HostCost()
@@ -102,15 +106,17 @@ class EngineModel:
     stream_interval: int = 1
     lag_steps: int = 0
     prefill_s: float = 0.0  # device seconds per request admitted in a step
+    context_s: float = 0.0  # device seconds per step for each token the running sequences have generated so far
 
     def __post_init__(self) -> None:
-        if self.max_num_seqs < 1 or self.stream_interval < 1 or self.lag_steps < 0 or self.prefill_s < 0:
-            raise ValueError("need max_num_seqs >= 1, stream_interval >= 1, lag_steps >= 0 and prefill_s >= 0")
+        if min(self.max_num_seqs, self.stream_interval) < 1 or min(self.lag_steps, self.prefill_s, self.context_s) < 0:
+            raise ValueError("need max_num_seqs, stream_interval >= 1 and lag_steps, prefill_s, context_s >= 0")
 
-    def step_time(self, running: int, outputs: int, aborts: int = 0, admitted: int = 0) -> float:
-        """Seconds of one step with ``running`` sequences (``admitted`` of them new), ``outputs`` streamed outputs
-        and ``aborts`` aborts."""
-        return max(self.step_s(running) + self.prefill_s * admitted, self.host(running, outputs, aborts))
+    def step_time(self, running: int, outputs: int, aborts: int = 0, admitted: int = 0, context: int = 0) -> float:
+        """Seconds of one step with ``running`` sequences (``admitted`` of them new, ``context`` tokens generated
+        by them so far), ``outputs`` streamed outputs and ``aborts`` aborts."""
+        device = self.step_s(running) + self.prefill_s * admitted + self.context_s * context
+        return max(device, self.host(running, outputs, aborts))
 
 
 @dataclass(frozen=True)
@@ -342,6 +348,7 @@ class _Engine:
         self.result = SimResult()
         self._waiting: deque[_Request] = deque()
         self._running = 0
+        self._start_sum = 0  # the start steps of the running requests, summed: their context is running·s - this
         self._ends: list[tuple[int, int, _Request]] = []  # heap of natural ends: (step, admission order, request)
         self._order = itertools.count()
         self._emitting = [0] * model.stream_interval  # running streamed requests by start step mod k
@@ -376,7 +383,7 @@ class _Engine:
     def _step(self) -> None:
         s, k = self.step, self.model.stream_interval
         admitted = self._admit(s)
-        running = self._running
+        running, context = self._running, self._running * s - self._start_sum
         outputs = self._emitting[s % k] if self.streamed else 0
         while self._ends and self._ends[0][0] == s:
             r = heapq.heappop(self._ends)[2]
@@ -387,8 +394,9 @@ class _Engine:
                 outputs += 1
             self._events.setdefault(s, []).append(r)
         self.result.max_running = max(self.result.max_running, running)
-        aborts = self._deliver(s - self.model.lag_steps, self.now + self.model.step_time(running, outputs, 0, admitted))
-        self.now += self.model.step_time(running, outputs, aborts, admitted)
+        step_time = functools.partial(self.model.step_time, running, outputs, admitted=admitted, context=context)
+        aborts = self._deliver(s - self.model.lag_steps, self.now + step_time(0))
+        self.now += step_time(aborts)
         self.step += 1
 
     def _admit(self, s: int) -> int:
@@ -402,6 +410,7 @@ class _Engine:
             r.group.admitted.append(r)
             self.result.waited += s > r.submitted
             self._running += 1
+            self._start_sum += s
             if self.streamed:
                 self._emitting[s % self.model.stream_interval] += 1
             heapq.heappush(self._ends, (s + r.natural.length - 1, next(self._order), r))
@@ -411,6 +420,7 @@ class _Engine:
 
     def _leave(self, r: _Request) -> None:
         self._running -= 1
+        self._start_sum -= r.start or 0
         if self.streamed and r.start is not None:
             self._emitting[r.start % self.model.stream_interval] -= 1
 

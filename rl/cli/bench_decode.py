@@ -65,8 +65,6 @@ def cmd_bench_cost_model(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_simulate(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from rl.bench import simulate as sim
     from rl.bench.simulator import EngineModel, HostCost, LinearStep
 
@@ -75,8 +73,7 @@ def cmd_bench_simulate(args: argparse.Namespace) -> int:
         host = sim.parse_host(args.host) if args.host else HostCost()
         cap, interval = args.max_num_seqs or run.max_num_seqs, args.stream_interval or run.stream_interval
         engine = EngineModel(LinearStep(0.0, 0.0), host, cap, interval, args.lag_steps, args.prefill_s)
-        step_s, label = sim.fit_line(run, engine) if args.profile == sim.FIT else sim.step_model(args.profile)
-        engine = replace(engine, step_s=step_s)
+        engine, label = sim.device_model(run, engine, args.profile)
         modes = comma_list(args.modes) if args.modes else None
         every_tokens, every_s = args.progress_every_tokens, args.progress_every_s
         rows = sim.simulate_run_file(run, engine, modes, every_tokens, every_s, args.batches, args.in_flight)
@@ -95,8 +92,8 @@ def _add_bench_simulate(bench: argparse._SubParsersAction) -> None:
     sim.add_argument(
         "--profile",
         required=True,
-        help="decode profile JSON or shipped name, linear:A,C seconds, or fit: the line through the run's passes "
-        "that aborted nothing",
+        help="decode profile JSON or shipped name, linear:A,C seconds, fit: the line through the run's passes "
+        "that aborted nothing, or fit:PROFILE: the profile plus a per-context-token cost fitted to those passes",
     )
     sim.add_argument("--modes", help="comma list of modes (default: the run's, shadow left out)")
     sim.add_argument("--max-num-seqs", type=positive, help="admission cap (default: the run's engine)")
