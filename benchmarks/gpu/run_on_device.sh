@@ -5,10 +5,12 @@
 # writes is copied to $OUT as it finishes, so a call that runs out of time still returns what was done.
 #
 #   bash benchmarks/gpu/run_on_device.sh after,dummy7b,before      # one call of 600 s
-#   bash benchmarks/gpu/run_on_device.sh tests,jitcache              # a second, as the lease allows (then
-#                                                                      # profile, memplan, sleep, ipc, peer)
-#   rl bench simulate FILES_AT/after --profile fit                     # here, after: the simulator's check, its
-#                                                                      # shaped modes predicted from the unshaped
+#   bash benchmarks/gpu/run_on_device.sh profile,tests,jitcache      # a second, as the lease allows (then
+#                                                                      # memplan, sleep, ipc, peer)
+#   rl bench simulate FILES_AT/after --profile fit:PROFILE             # here, after both: the simulator's check
+#                                                                      # (PROFILE: the second call's
+#                                                                      # profile_smollm2.json), shaped modes
+#                                                                      # predicted from the unshaped
 #
 # The first three steps' limits add up to 580 s, plus about 20 s to unpack. The first engine start on a fresh
 # machine is slow: on an H200 (2026-11-27) vLLM 0.26 sat silent for over 137 s after 'Using V2 Model Runner', with
@@ -46,7 +48,7 @@
 #       this machine compiled. The first engine start on a fresh machine is the slow one (see above); if its stacks
 #       show JIT compiles, copy the file to .gpu/jitcache.tar.xz here and carry it with the last piece (mv it to
 #       /root/pk/ beside them): the next lease restores it before the first step. Run it in the call after `after`
-#       (e.g. `tests,jitcache`: the machine stays warm between calls), as the first call returns its 8 files already.
+#       (e.g. `profile,tests,jitcache`: the machine stays warm between calls), as the first call returns its 8 files already.
 # nccl: the same run with vLLM's native NCCL weight transfer. It needs two GPUs: on one, the trainer and the engine
 #       share the device and NCCL refuses two ranks on it ("invalid usage", seen on an H200 on 2026-11-26).
 set -u
