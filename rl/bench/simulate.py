@@ -81,6 +81,7 @@ class ModeRow:
     batch: SimResult
     steady_groups_per_s: float | None  # None for a pass replayed as it ran: its decisions are not the policy's
     measured_s: float | None
+    draws_s: tuple[float, float] | None = None  # fastest and slowest time to batch over other draws of the pool
 
     @property
     def kept_tokens(self) -> int | None:
@@ -103,6 +104,7 @@ class ModeRow:
             "max_running": b.max_running,
             "waited": b.waited,
             "steady_groups_per_s": self.steady_groups_per_s,
+            "draws_s": self.draws_s,
         }
 
 
@@ -289,12 +291,19 @@ def mode_looks(cfg: RolloutBenchConfig, mode: str, every_tokens: int | None, eve
 
 
 def timed_batch(
-    cfg: RolloutBenchConfig, mode: str, pools: list[Pool], engine: EngineModel, looks: Looks | None, seed: int = 0
+    cfg: RolloutBenchConfig,
+    mode: str,
+    pools: list[Pool],
+    engine: EngineModel,
+    looks: Looks | None,
+    seed: int = 0,
+    draw: random.Random | None = None,
 ) -> SimResult:
-    """``mode``'s simulated timed batch, after a warm-up pass that gives its policy a length history as the bench's."""
+    """``mode``'s simulated timed batch, after a warm-up pass that gives its policy a length history as the bench's;
+    its samples are each pool in order, or drawn from it with ``draw`` (``simulator.pick``)."""
     policy, streamed = mode_policy(cfg, mode), is_streamed(mode, looks)
     simulate_batch(policy, pools, engine, looks, streamed, random.Random(seed))
-    return simulate_batch(policy, pools, engine, looks, streamed)
+    return simulate_batch(policy, pools, engine, looks, streamed, draw)
 
 
 def is_streamed(mode: str, looks: Looks | None) -> bool:
@@ -328,12 +337,15 @@ def simulate_run_file(
     every_s: float | None = None,
     batches: int = 4,
     in_flight: int | None = None,
+    draws: int = 0,
 ) -> list[ModeRow]:
     """Every mode (default: the run's, shadow left out) of every repeat in ``run``, simulated on ``engine``.
 
     Looks follow each mode's ``progress_every_tokens`` unless ``every_tokens`` or ``every_s`` is given; a run from
     before the token clock looks on its wall clock. ``in_flight`` defaults to the batch's prompts. Each measured
-    pass that aborted samples is also replayed as it ran (``replay_as_run``), after the mode's own row.
+    pass that aborted samples is also replayed as it ran (``replay_as_run``), after the mode's own row. A mode
+    simulated on another pass's lengths is also run on ``draws`` other draws of them: how far a batch's own draw of
+    samples moves its time.
     """
     modes = modes or [m for m in dict.fromkeys(r["mode"] for r in run.runs) if m != SHADOW]
     check_modes(run.cfg, modes)
@@ -346,7 +358,12 @@ def simulate_run_file(
             pools, source = natural_pools(run.runs, repeat, mode)
             looks = mode_looks(run.cfg, mode, every_tokens, wall)
             batch, steady = simulate_mode(run.cfg, mode, pools, engine, looks, batches, in_flight or len(pools), repeat)
-            rows.append(ModeRow(mode, repeat, source, batch, steady, measured.get(mode)))
+            spread = None
+            if draws and source != "own":
+                rngs = [random.Random(f"{repeat}-{d}") for d in range(draws)]
+                times = [timed_batch(run.cfg, mode, pools, engine, looks, repeat, rng).seconds for rng in rngs]
+                spread = (min(times), max(times))
+            rows.append(ModeRow(mode, repeat, source, batch, steady, measured.get(mode), spread))
             if mode in passes and not _natural(passes[mode]):
                 as_run = replay_as_run(passes[mode], engine, is_streamed(mode, looks))
                 rows.append(ModeRow(mode, repeat, AS_RUN, as_run, None, measured[mode]))
@@ -382,8 +399,8 @@ def markdown(rows: list[ModeRow]) -> str:
     plain = {r.repeat: r for r in rows if r.mode == "plain"}
     lines = [
         "| mode | repeat | lengths from | simulated s | measured s | sim/measured | speed-up sim | speed-up measured "
-        "| steps | generated | kept | max running | waited | steady groups/s |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| steps | generated | kept | max running | waited | steady groups/s | other draws s |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         b, base = r.batch, plain.get(r.repeat)
@@ -391,10 +408,11 @@ def markdown(rows: list[ModeRow]) -> str:
         sim_up = _fmt(base and b.seconds and base.batch.seconds / b.seconds, "{:.2f}×")
         measured_up = _fmt(base and base.measured_s and r.measured_s and base.measured_s / r.measured_s, "{:.2f}×")
         kept = _fmt(r.kept_tokens, "{}")
+        spread = f"{r.draws_s[0]:.3f}–{r.draws_s[1]:.3f}" if r.draws_s else "–"
         lines.append(
             f"| {r.mode} | {r.repeat} | {r.pool} | {b.seconds:.3f} | {_fmt(r.measured_s, '{:.3f}')} | {ratio} "
             f"| {sim_up} | {measured_up} | {b.steps} | {b.generated_tokens} | {kept} | {b.max_running} "
-            f"| {b.waited} | {_fmt(r.steady_groups_per_s, '{:.2f}')} |"
+            f"| {b.waited} | {_fmt(r.steady_groups_per_s, '{:.2f}')} | {spread} |"
         )
     return "\n".join(lines) + "\n"
 

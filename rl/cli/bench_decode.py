@@ -76,7 +76,9 @@ def cmd_bench_simulate(args: argparse.Namespace) -> int:
         engine, label = sim.device_model(run, engine, args.profile)
         modes = comma_list(args.modes) if args.modes else None
         every_tokens, every_s = args.progress_every_tokens, args.progress_every_s
-        rows = sim.simulate_run_file(run, engine, modes, every_tokens, every_s, args.batches, args.in_flight)
+        rows = sim.simulate_run_file(
+            run, engine, modes, every_tokens, every_s, args.batches, args.in_flight, args.draws
+        )
     except ValueError as e:  # SimulateError included
         print(f"cannot simulate: {e}".splitlines()[0], file=sys.stderr)
         return 2
@@ -105,6 +107,12 @@ def _add_bench_simulate(bench: argparse._SubParsersAction) -> None:
     sim.add_argument("--lag-steps", type=int, default=0, help="steps before an event reaches the controllers")
     sim.add_argument("--prefill-s", type=float, default=0.0, help="device seconds per admitted request (default 0)")
     sim.add_argument("--batches", type=positive, default=4, help="batches of the steady-state run (default 4)")
+    sim.add_argument(
+        "--draws",
+        type=positive,
+        help="also run each mode simulated on another pass's lengths on this many other draws of them: the range a "
+        "batch's own draw of samples moves its time over",
+    )
     sim.add_argument("--in-flight", type=positive, help="groups in flight in the steady state (default: B)")
     sim.add_argument("--json", help="also write the rows as JSON here")
     sim.set_defaults(func=cmd_bench_simulate)
