@@ -360,8 +360,11 @@ def simulate_run_file(
             batch, steady = simulate_mode(run.cfg, mode, pools, engine, looks, batches, in_flight or len(pools), repeat)
             spread = None
             if draws and source != "own":
-                rngs = [random.Random(f"{repeat}-{d}") for d in range(draws)]
-                times = [timed_batch(run.cfg, mode, pools, engine, looks, repeat, rng).seconds for rng in rngs]
+                seeds = [1000 * (repeat + 1) + d for d in range(draws)]  # the warm-up's draw, then the timed one's
+                times = [
+                    timed_batch(run.cfg, mode, pools, engine, looks, seed, random.Random(-seed)).seconds
+                    for seed in seeds
+                ]
                 spread = (min(times), max(times))
             rows.append(ModeRow(mode, repeat, source, batch, steady, measured.get(mode), spread))
             if mode in passes and not _natural(passes[mode]):
