@@ -79,7 +79,7 @@ def test_other_draws_of_the_pool_give_a_range_for_modes_on_another_pass(tmp_path
     its time over); plain, on its own lengths, has no other draw."""
     runs = [run("plain", 0, [[3, 5], [2, 4]], 0.005), run("shadow", 0, [[1, 8, 2, 7], [3, 1, 8, 2]], 0.01)]
     rf = load_run_file(run_file(tmp_path, [*runs, run(MODES[1], 0, [[1, 1]], 1.0, "abort")]))
-    rows = simulate_run_file(rf, EngineModel(LinearStep(0.001, 0.0)), draws=5)
+    rows = simulate_run_file(rf, EngineModel(LinearStep(0.001, 0.0)), draws=20)
     assert [(r.mode, r.pool, r.draws_s is None) for r in rows] == [
         ("plain", "own", True),
         (MODES[1], "shadow", False),
@@ -87,7 +87,7 @@ def test_other_draws_of_the_pool_give_a_range_for_modes_on_another_pass(tmp_path
     ]
     fastest, slowest = rows[1].draws_s
     assert fastest < slowest  # short and long samples drawn differently: the time moves
-    assert simulate_run_file(rf, EngineModel(LinearStep(0.001, 0.0)), draws=5)[1].draws_s == (fastest, slowest)
+    assert simulate_run_file(rf, EngineModel(LinearStep(0.001, 0.0)), draws=20)[1].draws_s == (fastest, slowest)
     assert f"| {fastest:.3f}–{slowest:.3f} |" in markdown(rows)
 
 
