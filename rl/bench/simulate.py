@@ -421,12 +421,12 @@ def markdown(rows: list[ModeRow]) -> str:
 
 
 def engine_line(engine: EngineModel, label: str) -> str:
-    """The simulated engine's settings in one line, for the table's header."""
+    """The simulated engine's settings in one line, for the table's header (``label``: the device cost, a fitted
+    context cost included)."""
     h = engine.host
     return (
         f"simulated engine: {label}; max_num_seqs {engine.max_num_seqs}, stream_interval {engine.stream_interval}, "
-        f"lag {engine.lag_steps} steps, prefill {engine.prefill_s:g} s per request, "
-        f"{engine.context_s:g} s per context token; "
+        f"lag {engine.lag_steps} steps, prefill {engine.prefill_s:g} s per request; "
         f"host h0={h.step_s:g}, h_req={h.per_seq_s:g}, h_out={h.per_output_s:g}, h_abort={h.per_abort_s:g} s"
     )
 
