@@ -51,7 +51,7 @@ def test_bad_options_fail_before_an_engine_starts(tiny_model_dir, capsys):
 
 
 @pytest.mark.integration
-def test_profile_through_the_engine(tmp_path):
+def test_profile_through_the_engine(tmp_path, capsys):
     out = tmp_path / "profile.json"
     argv = ["bench", "profile-decode", "--batch-sizes", "1,4,8", "--steps", "16", "--repeats", "1"]
     args = build_parser().parse_args([*argv, "--stream-interval", "4", "--dummy-weights", "--out", str(out)])
@@ -76,6 +76,8 @@ def test_profile_through_the_engine(tmp_path):
     assert set(host_cpu) == set(columns) and all(len(column) == 3 for column in host_cpu.values())
     assert set(profile["host_cpu_s_per_streamed_output"]) == {"delta", "interval4"}
     assert DecodeProfile.from_dict(profile).batch_sizes == (1, 4, 8)  # the cost model reads it as before
+    err = capsys.readouterr().err  # progress as it goes: 3 warm-ups, then 3 sizes x 3 modes
+    assert "profile: batch 1/12" in err and "profile: batch 12/12" in err and "b=8 interval4:" in err
 
 
 @pytest.fixture(scope="module")

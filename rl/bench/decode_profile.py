@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import math
 import random
 import statistics
@@ -30,6 +31,7 @@ from collections.abc import Sequence
 from rl.output.provenance import describe_device, stack_versions
 from rl.rollout.engine import EngineSpec, InferenceEngine, RequestTrace, SamplingSpec
 
+log = logging.getLogger("rl.bench")
 FINAL = "final"
 MEASURE_TRIES = 3  # a decode step measured as not positive is measured again, at most this many times in all
 
@@ -142,9 +144,12 @@ async def _measure_on_new_engine(
 
     from rl.rollout.engine import start_engine
 
+    t0 = time.monotonic()
+    log.info("starting the engine on %s", spec.model)
     engine = start_engine(spec)
     try:
         await engine.start()
+        log.info("engine up in %.1f s", time.monotonic() - t0)
         prompts = RandomPrompts(AutoConfig.from_pretrained(spec.model).vocab_size, prompt_len, seed)
         return await measure(engine, batch_sizes, steps, modes, repeats, prompts)
     finally:
@@ -176,17 +181,26 @@ async def measure(
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Wall seconds and this process's CPU seconds per decode step, by batch size for every mode (medians of
     ``repeats``). One untimed pass per mode at the largest batch first; then the modes take turns within every
-    repeat and batch size, so drift hits them alike."""
-    for interval in modes.values():
-        await decode_step(engine, batch_sizes[-1], steps, interval, prompts)
+    repeat and batch size, so drift hits them alike. Each measured batch size and mode is a step of the progress
+    line."""
+    from rl.output.progress import Progress
+
     wall: dict[str, list[list[float]]] = {mode: [[] for _ in batch_sizes] for mode in modes}
     cpu: dict[str, list[list[float]]] = {mode: [[] for _ in batch_sizes] for mode in modes}
-    for _ in range(repeats):
-        for i, b in enumerate(batch_sizes):
-            for mode, interval in modes.items():
-                step_wall, step_cpu = await decode_step(engine, b, steps, interval, prompts)
-                wall[mode][i].append(step_wall)
-                cpu[mode][i].append(step_cpu)
+    bar = Progress(len(modes) * (1 + repeats * len(batch_sizes)), "profile", "batch")
+    try:
+        for mode, interval in modes.items():
+            await decode_step(engine, batch_sizes[-1], steps, interval, prompts)
+            bar.advance(f"warm-up, b={batch_sizes[-1]} {mode}")
+        for _ in range(repeats):
+            for i, b in enumerate(batch_sizes):
+                for mode, interval in modes.items():
+                    step_wall, step_cpu = await decode_step(engine, b, steps, interval, prompts)
+                    wall[mode][i].append(step_wall)
+                    cpu[mode][i].append(step_cpu)
+                    bar.advance(f"b={b} {mode}: {step_wall * 1e3:.1f} ms a step")
+    finally:
+        bar.close()
     return _medians(wall), _medians(cpu)
 
 
