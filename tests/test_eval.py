@@ -1,7 +1,10 @@
 """rl eval: the pass@k estimator, the summary, model resolution, and k samples per problem on the warm engine."""
 
+import asyncio
+import gc
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -239,3 +242,45 @@ def test_several_samples_are_drawn_as_the_recipes_rollouts_are(rollout_worker):
         assert runs[top_k].settings["sampling"]["top_k"] == top_k
     assert all(len(set(p.lengths)) == 1 and len(set(p.rewards)) == 1 for p in runs[1].problems)
     assert any(len(set(p.lengths)) > 1 for p in runs[0].problems)  # at temperature 1 the samples differ
+
+
+class InProcessWorker:
+    """An in-process rollout worker (as ``rl eval``'s own engine is): ``generate_group`` returns a coroutine."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    async def generate_group(self, *args: object) -> None:
+        self.started += 1
+        await asyncio.sleep(60)
+
+
+def test_a_stop_before_the_groups_start_leaves_no_call_unawaited(tiny_model_dir) -> None:
+    """Ctrl-C as an evaluation begins: no coroutine of the engine's is left unawaited (Python printed a
+    RuntimeWarning for each on the console, after `interrupted`)."""
+    from rl.rollout.engine import SamplingSpec
+
+    from rl.evaluation.held_out import sample_and_score
+    from rl.inputs.prompting import PromptEncoder
+    from rl.rewards.pool import RewardPool
+    from rl.types import PromptRow
+
+    worker, rows = InProcessWorker(), [PromptRow(f"p{i}", f"{i}+1=", str(i + 1)) for i in range(4)]
+    rewards = RewardPool([("rl.rewards.math:arith_exact", 1.0)], 0)
+
+    async def stopped_at_once() -> None:
+        task = asyncio.create_task(
+            sample_and_score(rows, [worker], PromptEncoder(tiny_model_dir), rewards, SamplingSpec(max_tokens=4), "t")
+        )
+        await asyncio.sleep(0)  # it runs up to its gather of the groups, none started
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(stopped_at_once())
+        gc.collect()
+    rewards.close()
+    assert worker.started == 0
+    assert not [w for w in caught if "never awaited" in str(w.message)]

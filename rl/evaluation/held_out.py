@@ -93,11 +93,11 @@ async def sample_and_score(
             return _method(worker, "generate_episodes")(group_id, row, sampling, tools, controller)
         return _method(worker, "generate_group")(group_id, encoder.encode(row.prompt), sampling, controller)
 
-    calls = [launch(workers[i % len(workers)], row) for i, row in enumerate(rows)]
     bar = Progress(len(rows), progress, "problem") if progress is not None else None
 
-    async def counted(call: Any) -> Any:
-        result = await call
+    async def counted(i: int, row: PromptRow) -> Any:
+        # the call is made here: a stop before this task starts leaves none unawaited (Python warns of those)
+        result = await launch(workers[i % len(workers)], row)
         if bar is not None:
             bar.advance()
         if on_problem is not None:
@@ -105,7 +105,7 @@ async def sample_and_score(
         return result
 
     try:
-        outs = await asyncio.gather(*map(counted, calls))
+        outs = await asyncio.gather(*(counted(i, row) for i, row in enumerate(rows)))
     finally:
         if bar is not None:
             bar.close()
