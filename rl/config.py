@@ -486,9 +486,11 @@ class AlgorithmConfig(Strict):
         default="grpo",
         description="advantage estimator",
     )
-    loss: Literal["ppo", "gspo"] = Field(
+    loss: Literal["ppo", "gspo", "cispo", "sapo"] = Field(
         default="ppo",
-        description="ppo: token-level clipped ratio; gspo: sequence-level ratio",
+        description="ppo: token-level clipped ratio; gspo: sequence-level ratio; cispo: the token ratio, capped at 1"
+        " + clip_high, as a detached weight on A * log pi (MiniMax-M1), so capped tokens still learn; sapo: no clip,"
+        " a soft gate on the token ratio (Qwen's SAPO; its temperatures sapo_tau_pos / sapo_tau_neg)",
     )
     clip_low: float = Field(
         default=0.2,
@@ -497,6 +499,17 @@ class AlgorithmConfig(Strict):
         description="clip range [1 - clip_low, 1 + clip_high] (DAPO clip-higher)",
     )
     clip_high: float = Field(default=0.28, ge=0, description="upper clip: ratios above 1 + clip_high are clipped")
+    sapo_tau_pos: float = Field(
+        default=1.0,
+        gt=0,
+        description="SAPO: the gate's temperature for positive advantages (TRL's sapo_temperature_pos); higher fades"
+        " off-policy tokens sooner",
+    )
+    sapo_tau_neg: float = Field(
+        default=1.05,
+        gt=0,
+        description="SAPO: the gate's temperature for other advantages (TRL's sapo_temperature_neg)",
+    )
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
         default="token-mean",
         description="how token losses are averaged: over all tokens, per sequence then over sequences, or per "
@@ -523,6 +536,12 @@ class AlgorithmConfig(Strict):
     )
     correction_cap: float = Field(default=2.0, ge=1, description="the importance-weight cap of the correction")
     ess_lr_scaling: bool = Field(default=False, description="VCPO: lr * sqrt(ESS / B) each step")
+    mask_truncated: bool = Field(
+        default=False,
+        description="DAPO overlong filtering: truncated samples (cut at rollout.max_tokens, or by shaping's "
+        "long_wait) are no loss term; they still count in their group's advantages. TRL's "
+        "mask_truncated_completions",
+    )
     kl_coef: float = Field(default=0.0, ge=0, description="KL to the frozen initial policy")
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
         default="k3",
@@ -1031,7 +1050,12 @@ TRL_NAMES = {
     "beta": "algorithm.kl_coef",
     "epsilon": "algorithm.clip_low",
     "epsilon_high": "algorithm.clip_high",
-    "loss_type": "algorithm.agg (and algorithm.advantage=drgrpo for dr_grpo)",
+    "loss_type": "algorithm.agg (and algorithm.advantage=drgrpo for dr_grpo; cispo and sapo: algorithm.loss, "
+    "cispo's cap epsilon_high being 1 + algorithm.clip_high)",
+    "importance_sampling_level": "algorithm.loss (gspo: sequence level)",
+    "mask_truncated_completions": "algorithm.mask_truncated",
+    "sapo_temperature_pos": "algorithm.sapo_tau_pos",
+    "sapo_temperature_neg": "algorithm.sapo_tau_neg",
     "scale_rewards": "algorithm.advantage (drgrpo: no std scaling)",
     "reward_weights": "reward.functions.N.weight",
     "per_device_train_batch_size": "train.batch_groups (prompts per step; each gets shaping.m_keep samples)",

@@ -16,6 +16,15 @@ from rl.inputs.inert_settings import inert_settings, warn_of_inert_settings
         (["algorithm.kl_estimator=k1", "algorithm.kl_coef=0.01"], []),
         (["algorithm.norm_len=100"], ["algorithm.norm_len (only with algorithm.agg=seq-mean-token-sum-norm)"]),
         (["algorithm.correction_cap=3"], ["algorithm.correction_cap (only with an algorithm.correction)"]),
+        (["algorithm.sapo_tau_neg=2"], ["algorithm.sapo_tau_neg (only with algorithm.loss=sapo)"]),
+        (
+            ["algorithm.loss=sapo", "algorithm.clip_high=0.3", "algorithm.sapo_tau_neg=2"],
+            ["algorithm.clip_high (only with an algorithm.loss other than sapo)"],
+        ),
+        (
+            ["algorithm.loss=cispo", "algorithm.clip_low=0.1", "algorithm.clip_high=4"],
+            ["algorithm.clip_low (only with algorithm.loss=ppo or gspo)"],
+        ),
         (["algorithm.correction_cap=3", "algorithm.correction=tis-token", "algorithm.decoupled=true"], []),
         (
             ["algorithm.dynamic_sampling_max_factor=2"],

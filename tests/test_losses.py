@@ -99,7 +99,7 @@ def test_all_empty_batch_is_zero_without_nan():
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
-@pytest.mark.parametrize("kind", ["ppo", "gspo"])
+@pytest.mark.parametrize("kind", ["ppo", "gspo", "cispo", "sapo"])
 def test_two_half_batches_summed_equal_one_full_call(agg, kind):
     g = torch.Generator().manual_seed(0)
     b, t = 4, 5
@@ -168,6 +168,72 @@ def test_gspo_small_clip_clips_whole_sequence():
     assert out.stats["clipped_tokens"] == 2.0
     out.loss.backward()
     assert logp.grad.abs().sum().item() == 0.0
+
+
+# ---- CISPO ---------------------------------------------------------------------------------------------------
+
+
+def test_cispo_capped_tokens_keep_a_gradient_and_nothing_is_raised():
+    """The same tokens as ``test_ppo_gradient_sign_and_clipped_tokens_have_no_gradient``: where PPO's clipped side
+    gives no gradient, CISPO's is -min(r, 1 + clip_high) * A (MiniMax-M1, eq. 4-5: sg(r^) * A * grad log pi); a
+    ratio below 1 - clip_low is its own weight, not raised to the bound."""
+    logp = _leaf([[L(1.5), 0.0, L(0.5)], [L(1.5), 0.0, L(0.7)]])
+    spec = LossSpec(kind="cispo", clip_low=0.2, clip_high=0.28)
+    out = policy_loss(logp, torch.zeros(2, 3), _t([1.0, -1.0]), torch.ones(2, 3), spec)
+    out.loss.backward()
+    assert logp.grad.tolist()[0] == pytest.approx([-1.28, -1.0, -0.5])
+    assert logp.grad.tolist()[1] == pytest.approx([1.28, 1.0, 0.7])
+    # the value: -sg(r^) * A * log pi, summed
+    expected = -(1.28 * L(1.5) + 0.5 * L(0.5)) + (1.28 * L(1.5) + 0.7 * L(0.7))
+    assert out.loss.item() == pytest.approx(expected)
+    assert out.stats["clipped_tokens"] == 2.0  # the ratios above 1.28, whatever the advantage's sign
+    assert out.stats["ratio_sum"] == pytest.approx(1.5 + 1.0 + 0.5 + 1.5 + 1.0 + 0.7)
+
+
+@pytest.mark.parametrize("kind", ["gspo", "cispo", "sapo"])
+def test_on_policy_every_kind_gives_the_policy_gradient(kind):
+    """At r = 1 every loss's gradient is PPO's, -A * grad log pi per token: the on-policy policy gradient."""
+    g = torch.Generator().manual_seed(3)
+    base = -torch.rand(3, 4, generator=g, dtype=torch.float64)
+    adv, mask = torch.randn(3, generator=g, dtype=torch.float64), _t([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
+    grads = {}
+    for name in ("ppo", kind):
+        logp = base.clone().requires_grad_(True)
+        policy_loss(logp, base, adv, mask, LossSpec(kind=name, agg="seq-mean-token-mean")).loss.backward()
+        grads[name] = logp.grad
+    assert torch.allclose(grads[kind], grads["ppo"], rtol=1e-12, atol=0)
+    assert torch.allclose(grads["ppo"], -(adv.unsqueeze(-1) * mask) / mask.sum(-1, keepdim=True))
+
+
+# ---- SAPO ----------------------------------------------------------------------------------------------------
+
+
+def test_sapo_soft_gate_value_and_gradient_hand_computed():
+    """Per token -gate(r) * A with gate(r) = sigmoid(tau (r - 1)) * 4 / tau; d/dlogp = -A * 4 s (1 - s) * r, where
+    s = sigmoid(tau (r - 1)): the slope fades both ways from r = 1 and never reaches 0 (no hard clip)."""
+    ratios = [[1.5, 1.0, 0.5], [1.5, 1.0, 0.7]]
+    logp = _leaf([[L(r) for r in row] for row in ratios])
+    spec = LossSpec(kind="sapo", sapo_tau_pos=1.0, sapo_tau_neg=2.0)
+    out = policy_loss(logp, torch.zeros(2, 3), _t([1.0, -1.0]), torch.ones(2, 3), spec)
+    out.loss.backward()
+
+    def sig(x: float) -> float:
+        return 1.0 / (1.0 + math.exp(-x))
+
+    value, grads = 0.0, []
+    for row, adv, tau in ((ratios[0], 1.0, 1.0), (ratios[1], -1.0, 2.0)):
+        value += sum(-sig(tau * (r - 1)) * 4 / tau * adv for r in row)
+        grads.append([-adv * 4 * sig(tau * (r - 1)) * (1 - sig(tau * (r - 1))) * r for r in row])
+    assert out.loss.item() == pytest.approx(value)
+    assert logp.grad.tolist() == [pytest.approx(g) for g in grads]
+    # PPO gives the A>0 token at r = 1.5 no gradient (clipped); SAPO a damped one, and the tokens at r = 1 a full one
+    assert 0 < -grads[0][0] < 1.5 and grads[0][1] == pytest.approx(-1.0)
+    assert out.stats["clipped_tokens"] == 0.0
+
+
+def test_sapo_needs_positive_temperatures():
+    with pytest.raises(ValueError, match="temperatures"):
+        LossSpec(kind="sapo", sapo_tau_neg=0.0)
 
 
 # ---- decoupled PPO and behaviour correction ------------------------------------------------------------------

@@ -8,6 +8,7 @@ from rl.trainer.engine import TrainerSpec
 from rl.trainer.fsdp_engine import FSDPEngine
 from rl.trainer.worker import TrainerWorker
 
+from rl.algorithm.losses import LossSpec
 from rl.types import Group, PromptRow, Sample
 
 
@@ -41,6 +42,39 @@ def test_positive_advantage_raises_and_negative_lowers_logprob(case):
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)  # on-policy: old log-probs are the current ones
     assert logprob(case, case.good) > before_good
     assert logprob(case, case.bad) < before_bad
+
+
+@pytest.mark.parametrize("kind", ["gspo", "cispo", "sapo"])
+def test_every_loss_kind_raises_the_rewarded_sample_and_lowers_the_other(tiny_model_dir, case, kind):
+    trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-4, loss=LossSpec(kind=kind)))
+    before_good, before_bad = (sum(trainer.sequence_logprobs(case.prompt, t)) for t in (case.good, case.bad))
+    samples = [
+        Sample(i, t, trainer.sequence_logprobs(case.prompt, t), [0] * len(t), "stop")
+        for i, t in enumerate([case.good, case.bad])
+    ]
+    metrics = trainer.train_step([Group(PromptRow("x", "3+5+7=", "15"), case.prompt, samples, [1.0, -1.0])])
+    assert metrics["skipped_nonfinite"] == 0 and metrics["clip_fraction"] == 0.0  # on-policy: nothing clipped
+    assert sum(trainer.sequence_logprobs(case.prompt, case.good)) > before_good
+    assert sum(trainer.sequence_logprobs(case.prompt, case.bad)) < before_bad
+
+
+def test_mask_truncated_trains_as_if_the_truncated_sample_were_not_there(tiny_model_dir, case):
+    """DAPO's overlong filtering: a truncated sample is no loss term, so the step equals one without it."""
+    masked = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3, mask_truncated=True))
+    alone = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3))
+    good = Sample(0, case.good, masked.sequence_logprobs(case.prompt, case.good), [0] * len(case.good), "stop")
+    cut = Sample(1, case.bad, masked.sequence_logprobs(case.prompt, case.bad), [0] * len(case.bad), "length")
+    row = PromptRow("x", "3+5+7=", "15")
+    with_cut = masked.train_step([Group(row, case.prompt, [good, cut], [1.0, -1.0])])
+    without = alone.train_step([Group(row, case.prompt, [good], [1.0])])
+    assert with_cut["tokens"] == without["tokens"] == len(case.good)
+    assert masked.parameter_checksum() == pytest.approx(alone.parameter_checksum(), rel=1e-12)
+    assert masked.parameter_checksum() != TrainerWorker(TrainerSpec(model=tiny_model_dir)).parameter_checksum()
+    # a step with nothing but truncated samples has no loss term: no update, and nothing non-finite either
+    trained = masked.parameter_checksum()
+    only_cut = masked.train_step([Group(row, case.prompt, [cut], [-1.0])])
+    assert (only_cut["tokens"], only_cut["skipped_nonfinite"]) == (0, 0)
+    assert masked.parameter_checksum() == trained
 
 
 def test_nonfinite_loss_skips_the_step_and_keeps_weights(case):

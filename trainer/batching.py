@@ -31,13 +31,15 @@ class TokenBatch:
 Row = tuple[list[int], list[int], list[float], float, list[int] | None]
 
 
-def rows_of(groups: list[Group]) -> list[Row]:
-    """(prompt tokens, response tokens, behaviour log-probs, advantage, loss mask) for every kept sample."""
+def rows_of(groups: list[Group], mask_truncated: bool = False) -> list[Row]:
+    """(prompt tokens, response tokens, behaviour log-probs, advantage, loss mask) for every kept sample; with
+    ``mask_truncated``, none for a truncated sample (cut at the token cap or by its controller: DAPO's overlong
+    filtering; it is no loss term, and the trainer does not compute it)."""
     return [
         (g.prompt_tokens, s.tokens, s.logprobs, a, s.loss_mask)
         for g in groups
         for s, a in zip(g.samples, g.advantages, strict=True)
-        if s.tokens
+        if s.tokens and not (mask_truncated and s.truncated)
     ]
 
 

@@ -38,6 +38,7 @@ class TrainerSpec:
     grad_clip: float = _default(TrainConfig, "grad_clip")
     loss: LossSpec = field(default_factory=LossSpec)
     ess_lr_scaling: bool = _default(AlgorithmConfig, "ess_lr_scaling")
+    mask_truncated: bool = _default(AlgorithmConfig, "mask_truncated")
     micro_batch_size: int = _default(TrainConfig, "micro_batch_size")
     micro_batch_tokens: int | None = _default(TrainConfig, "micro_batch_tokens")
     gradient_checkpointing: bool = _default(TrainConfig, "gradient_checkpointing")
@@ -64,6 +65,8 @@ class TrainerSpec:
             correction=a.correction,
             correction_cap=a.correction_cap,
             decoupled=a.decoupled,
+            sapo_tau_pos=a.sapo_tau_pos,
+            sapo_tau_neg=a.sapo_tau_neg,
         )
         return cls(
             model=model_dir,
@@ -75,6 +78,7 @@ class TrainerSpec:
             grad_clip=t.grad_clip,
             loss=loss,
             ess_lr_scaling=a.ess_lr_scaling,
+            mask_truncated=a.mask_truncated,
             micro_batch_size=t.micro_batch_size,
             micro_batch_tokens=t.micro_batch_tokens,
             gradient_checkpointing=t.gradient_checkpointing,

@@ -38,12 +38,13 @@ from rl.types import Group
 
 @dataclass(frozen=True)
 class Update:
-    """One optimizer update: its loss, gradient norm, whether it was skipped, its global loss-stat sums, and the
-    token positions this rank computed for it (padding included) and how many of them were real tokens."""
+    """One optimizer update: its loss, gradient norm, whether it was skipped for a non-finite loss or gradient, its
+    global loss-stat sums, and the token positions this rank computed for it (padding included) and how many of them
+    were real tokens."""
 
     loss: float
     grad_norm: float
-    skipped: bool
+    nonfinite: bool
     totals: dict[str, float]
     positions: int
     real: int
@@ -242,7 +243,7 @@ class FSDPEngine:
         loss units once every group of the step (on every rank) has been accumulated, so accumulating a batch
         in any split gives the same update as one call with the whole batch.
         """
-        return self._accumulate(self._micro_batches(rows_of(groups)))
+        return self._accumulate(self._micro_batches(rows_of(groups, self.spec.mask_truncated)))
 
     def _micro_batches(self, rows: list[Row]) -> list[TokenBatch]:
         cuts = cut_micro_batches(rows, self.spec.micro_batch_size, self.spec.micro_batch_tokens)
@@ -310,7 +311,8 @@ class FSDPEngine:
         self._reset_accumulation()
         self._waited = 0.0
         # collated once: every epoch (and the proximal pass) sees the same micro-batches
-        chunks = [self._micro_batches(rows) for rows in even_chunks(rows_of(groups), self.spec.mini_batches)]
+        rows = rows_of(groups, self.spec.mask_truncated)
+        chunks = [self._micro_batches(chunk) for chunk in even_chunks(rows, self.spec.mini_batches)]
         several = self.spec.mini_batches * self.spec.epochs > 1
         proximal = [self._proximal(batches) for batches in chunks] if several and self.spec.loss.decoupled else None
         updates = []
@@ -348,11 +350,11 @@ class FSDPEngine:
         scale *= lr_factor(self.version + 1, spec.lr_schedule, spec.lr_warmup_steps, spec.total_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = spec.lr * scale
-        skipped = not (math.isfinite(grad_norm) and math.isfinite(loss)) or units == 0
-        if not skipped:
+        nonfinite = not (math.isfinite(grad_norm) and math.isfinite(loss))
+        if not nonfinite and units > 0:  # no loss term at all (every sample masked): nothing to step on
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=False)
-        return Update(loss, grad_norm, skipped, totals, self._positions, self._real)
+        return Update(loss, grad_norm, nonfinite, totals, self._positions, self._real)
 
     def _metrics(self, updates: list[Update], seconds: float, epochs: int) -> dict[str, float]:
         """A step's metrics: loss and grad norm averaged over its updates, loss stats over all of their tokens."""
@@ -362,7 +364,7 @@ class FSDPEngine:
         return {
             "loss": sum(u.loss for u in updates) / len(updates),
             "grad_norm": sum(u.grad_norm for u in updates) / len(updates),
-            "skipped_nonfinite": float(sum(u.skipped for u in updates)),
+            "skipped_nonfinite": float(sum(u.nonfinite for u in updates)),
             **finalize_stats(totals),
             "tokens": totals["tokens"] / epochs,
             "seconds": seconds,

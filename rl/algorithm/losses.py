@@ -1,4 +1,5 @@
-"""Policy-gradient losses: PPO / GSPO clipped surrogates with decoupled off-policy correction.
+"""Policy-gradient losses: PPO / GSPO clipped surrogates, CISPO's clipped weights and SAPO's soft gate, with
+decoupled off-policy correction.
 
 Three policies meet per token: the current one (``logprobs``, differentiated), the proximal one that anchors the
 clip, and the behaviour one that sampled the response (e.g. vLLM's log-probs). Decoupled PPO (Hilton et al. 2021,
@@ -48,16 +49,22 @@ STAT_KEYS: tuple[str, ...] = (
 class LossSpec:
     """What ``policy_loss`` computes.
 
-    ``kind``: ``ppo`` (token ratio) or ``gspo`` (sequence ratio, Zheng et al. 2025, arXiv 2507.18071; use small
-    clips such as 3e-4 / 4e-4). ``clip_low`` / ``clip_high``: asymmetric clip range ``[1 - low, 1 + high]``
-    (clip-higher, DAPO arXiv 2503.14476). ``agg``: how tokens become units (see ``policy_loss``); ``norm_len`` is the
-    constant divisor of ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783). ``kl_coef`` / ``kl_estimator``:
-    penalty on KL(current || ref) with Schulman's k1/k2/k3 estimators. ``entropy_coef``: entropy bonus.
+    ``kind``: ``ppo`` (token ratio); ``gspo`` (sequence ratio, Zheng et al. 2025, arXiv 2507.18071; use small
+    clips such as 3e-4 / 4e-4); ``cispo`` (MiniMax-M1, arXiv 2506.13585: the token ratio, capped at
+    ``1 + clip_high`` and detached, weighs ``A * log pi``, so a capped token keeps its gradient; no lower bound, as
+    in the paper: a weight raised to ``1 - clip_low`` would keep pushing down a token already made unlikely);
+    ``sapo`` (Gao et al. 2025, arXiv 2511.20347: no clip; the token ratio passes a soft gate
+    ``sigmoid(tau * (r - 1)) * 4 / tau`` whose slope, 1 at ``r = 1``, fades as ``r`` moves away; ``sapo_tau_pos`` /
+    ``sapo_tau_neg`` for positive and other advantages). ``clip_low`` / ``clip_high``: asymmetric clip range
+    ``[1 - low, 1 + high]`` (clip-higher, DAPO arXiv 2503.14476). ``agg``:
+    how tokens become units (see ``policy_loss``); ``norm_len`` is the constant divisor of
+    ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783). ``kl_coef`` / ``kl_estimator``: penalty on
+    KL(current || ref) with Schulman's k1/k2/k3 estimators. ``entropy_coef``: entropy bonus.
     ``correction`` / ``correction_cap``: behaviour correction, token or sequence level, truncated (tis) or masked
     outside ``[1/cap, cap]`` (mis). ``decoupled``: use ``proximal_logprobs`` as the clip anchor when given.
     """
 
-    kind: Literal["ppo", "gspo"] = "ppo"
+    kind: Literal["ppo", "gspo", "cispo", "sapo"] = "ppo"
     clip_low: float = 0.2
     clip_high: float = 0.28
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
@@ -68,9 +75,11 @@ class LossSpec:
     correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "none"
     correction_cap: float = 2.0
     decoupled: bool = True
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
 
     def __post_init__(self) -> None:
-        _one_of("kind", self.kind, ("ppo", "gspo"))
+        _one_of("kind", self.kind, ("ppo", "gspo", "cispo", "sapo"))
         _one_of("agg", self.agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"))
         _one_of("kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
         _one_of("correction", self.correction, ("none", "tis-token", "tis-seq", "mis-token", "mis-seq"))
@@ -82,6 +91,8 @@ class LossSpec:
             raise ValueError(f"correction {self.correction!r} weights by pi_prox / pi_behav: it needs decoupled=True")
         if self.correction_cap < 1.0:
             raise ValueError(f"correction_cap must be >= 1, got {self.correction_cap}")
+        if self.sapo_tau_pos <= 0 or self.sapo_tau_neg <= 0:
+            raise ValueError(f"SAPO's temperatures must be > 0, got {self.sapo_tau_pos}, {self.sapo_tau_neg}")
 
 
 @dataclass
@@ -104,8 +115,9 @@ def policy_loss(
     """The clipped policy-gradient loss of one micro-batch as an unnormalized sum over units.
 
     Shapes: ``[B, T]`` for log-probs, ``mask`` and ``entropy``; ``[B]`` for advantages. Per token the loss is
-    ``-w * min(r * A, clip(r) * A) + kl_coef * KL - entropy_coef * entropy``; the weight ``w`` applies to the
-    surrogate only. Units: ``token-mean`` sums tokens (units = masked tokens); ``seq-mean-token-mean`` sums each
+    ``-w * min(r * A, clip(r) * A) + kl_coef * KL - entropy_coef * entropy`` (CISPO's surrogate:
+    ``-w * sg(min(r, 1 + clip_high)) * A * log pi``; SAPO's: ``-w * gate(r) * A``); the weight ``w`` applies to
+    the surrogate only. Units: ``token-mean`` sums tokens (units = masked tokens); ``seq-mean-token-mean`` sums each
     sequence's token mean; ``seq-mean-token-sum-norm`` sums each sequence's token sum over ``norm_len``; the two
     sequence modes count sequences with at least one masked token. Values at unmasked positions are ignored.
     """
@@ -131,14 +143,25 @@ def policy_loss(
     weight, masked_tokens, masked_units = _correction(spec, w_tok, w_seq, m)  # correction is "none" when coupled
 
     log_ratio = logp - prox
-    if spec.kind == "ppo":
+    if spec.kind != "gspo":
         ratio = torch.exp(log_ratio)
     else:  # GSPO-token: value of the sequence ratio, gradient of each token's own log-prob
         seq_log_ratio = log_ratio.sum(-1) / n_tok.clamp(min=1)
         ratio = torch.exp(seq_log_ratio.detach().unsqueeze(-1) + logp - logp.detach())
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - spec.clip_low, 1.0 + spec.clip_high) * adv
-    per_token = -weight.to(dtype) * torch.minimum(unclipped, clipped)
+    if spec.kind == "cispo":  # the capped ratio is a detached weight: every token keeps a gradient
+        capped = ratio.detach().clamp(max=1.0 + spec.clip_high)
+        surrogate = capped * adv * logp
+        was_clipped = capped != ratio.detach()
+    elif spec.kind == "sapo":  # a soft trust region: nothing is clipped
+        tau = torch.where(adv > 0, adv.new_tensor(spec.sapo_tau_pos), adv.new_tensor(spec.sapo_tau_neg))
+        surrogate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau) * adv
+        was_clipped = torch.zeros_like(m)
+    else:  # the pessimistic bound: a token whose clipped side is the minimum has no gradient
+        surrogate = torch.minimum(unclipped, clipped)
+        was_clipped = clipped.detach() < unclipped.detach()
+    per_token = -weight.to(dtype) * surrogate
 
     kl = None
     if ref_logprobs is not None:
@@ -165,7 +188,7 @@ def policy_loss(
         values = {
             "tokens": fm.sum(),
             "seqs": has.double().sum(),
-            "clipped_tokens": ((clipped.detach() < unclipped.detach()) & m).double().sum(),
+            "clipped_tokens": (was_clipped & m).double().sum(),
             "ratio_sum": (ratio_d * fm).sum(),
             "approx_kl_sum": ((torch.exp(log_ratio_d) - 1.0 - log_ratio_d) * fm).sum(),
             "is_weight_sum": w_tok_m.sum(),

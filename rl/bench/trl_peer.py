@@ -131,7 +131,8 @@ def unsupported(cfg: RunConfig) -> list[str]:
     a, t = cfg.algorithm, cfg.train
     checks = {
         f"algorithm.advantage={a.advantage}": a.advantage not in SCALE_REWARDS,
-        f"algorithm.loss={a.loss}": a.loss != "ppo",
+        f"algorithm.loss={a.loss}": a.loss not in ("ppo", "cispo"),
+        f"algorithm.loss=cispo with algorithm.agg={a.agg}": a.loss == "cispo" and a.agg != "token-mean",
         "algorithm.decoupled=true": a.decoupled,
         "algorithm.dynamic_sampling=true": a.dynamic_sampling,
         "algorithm.ess_lr_scaling=true": a.ess_lr_scaling,
@@ -170,8 +171,9 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         weight_decay=t.weight_decay,
         max_grad_norm=t.grad_clip,
         epsilon=a.clip_low,
-        epsilon_high=a.clip_high,
-        loss_type=LOSS_TYPES[a.agg],
+        epsilon_high=1.0 + a.clip_high if a.loss == "cispo" else a.clip_high,  # TRL's CISPO cap is epsilon_high
+        loss_type="cispo" if a.loss == "cispo" else LOSS_TYPES[a.agg],  # TRL's cispo: token-mean over the batch
+        mask_truncated_completions=a.mask_truncated,
         scale_rewards=SCALE_REWARDS[a.advantage],
         beta=a.kl_coef,
         entropy_coef=a.entropy_coef,

@@ -24,6 +24,8 @@ DARTS_KNOBS = (
 SART_KNOBS = ("alpha", "beta", "scorer")
 MODEL_SCORER_KNOBS = ("scorer_gpus",)  # scorer_model without a model scorer is refused by the config
 TOOL_KNOBS = ("max_tool_calls", "tool_timeout_s")
+CLIP_KNOBS = ("clip_low", "clip_high")
+SAPO_KNOBS = ("sapo_tau_pos", "sapo_tau_neg")  # SAPO's gate, which replaces the clip
 log = logging.getLogger("rl.config")
 
 
@@ -33,6 +35,9 @@ def inert_settings(cfg: RunConfig) -> list[str]:
     a, s, r, ro = cfg.algorithm, cfg.shaping, cfg.reward, cfg.rollout
     rules: list[tuple[str, BaseModel, str, bool, str]] = [
         ("algorithm", a, "norm_len", a.agg != "seq-mean-token-sum-norm", "algorithm.agg=seq-mean-token-sum-norm"),
+        ("algorithm", a, "clip_low", a.loss in ("cispo", "sapo"), "algorithm.loss=ppo or gspo"),
+        ("algorithm", a, "clip_high", a.loss == "sapo", "an algorithm.loss other than sapo"),
+        *[("algorithm", a, k, a.loss != "sapo", "algorithm.loss=sapo") for k in SAPO_KNOBS],
         ("algorithm", a, "correction_cap", a.correction == "none", "an algorithm.correction"),
         ("algorithm", a, "kl_estimator", a.kl_coef == 0, "algorithm.kl_coef above 0"),
         ("algorithm", a, "dynamic_sampling_max_factor", not a.dynamic_sampling, "algorithm.dynamic_sampling=true"),
