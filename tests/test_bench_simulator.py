@@ -169,6 +169,19 @@ def test_pick_takes_the_pool_then_draws_with_replacement() -> None:
     assert {s.length for s in drawn} <= {1, 2, 3} and len(drawn) == 7
 
 
+def test_a_resample_varies_as_a_fresh_pass_where_the_pool_shuffled_does_not() -> None:
+    """Two runaways in a pool of four: taking 3 of the 4 always takes 1 or 2 of them (hypergeometric); a fresh pass of
+    3 samples takes 0 to 3 (binomial), as the resample does."""
+    pool = pools([10, 10, 512, 512])[0]
+
+    def runaways(resample: bool) -> set[int]:
+        draws = (pick(pool, 3, random.Random(seed), resample) for seed in range(200))
+        return {[s.length for s in drawn].count(512) for drawn in draws}
+
+    assert runaways(resample=False) == {1, 2}
+    assert runaways(resample=True) == {0, 1, 2, 3}
+
+
 def test_natural_lengths_at_the_cap_are_truncated() -> None:
     assert [s.finish_reason for s in pools([CAP - 1, CAP])[0]] == ["stop", "length"]
     with pytest.raises(ValueError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ class ModeRow:
     batch: SimResult
     steady_groups_per_s: float | None  # None for a pass replayed as it ran: its decisions are not the policy's
     measured_s: float | None
-    draws_s: tuple[float, float] | None = None  # fastest and slowest time to batch over other draws of the pool
+    draws_s: tuple[float, float, float] | None = None  # fastest, median, slowest time to batch over other draws
 
     @property
     def kept_tokens(self) -> int | None:
@@ -300,10 +301,10 @@ def timed_batch(
     draw: random.Random | None = None,
 ) -> SimResult:
     """``mode``'s simulated timed batch, after a warm-up pass that gives its policy a length history as the bench's;
-    its samples are each pool in order, or drawn from it with ``draw`` (``simulator.pick``)."""
+    its samples are each pool in order, or drawn from it with replacement with ``draw`` (``simulator.pick``)."""
     policy, streamed = mode_policy(cfg, mode), is_streamed(mode, looks)
     simulate_batch(policy, pools, engine, looks, streamed, random.Random(seed))
-    return simulate_batch(policy, pools, engine, looks, streamed, draw)
+    return simulate_batch(policy, pools, engine, looks, streamed, draw, resample=draw is not None)
 
 
 def is_streamed(mode: str, looks: Looks | None) -> bool:
@@ -344,8 +345,8 @@ def simulate_run_file(
     Looks follow each mode's ``progress_every_tokens`` unless ``every_tokens`` or ``every_s`` is given; a run from
     before the token clock looks on its wall clock. ``in_flight`` defaults to the batch's prompts. Each measured
     pass that aborted samples is also replayed as it ran (``replay_as_run``), after the mode's own row. A mode
-    simulated on another pass's lengths is also run on ``draws`` other draws of them: how far a batch's own draw of
-    samples moves its time.
+    simulated on another pass's lengths is also run on ``draws`` other draws of them, with replacement as a fresh
+    pass draws (``simulator.pick``): the median and range of times a batch's own draw of samples moves it over.
     """
     modes = modes or [m for m in dict.fromkeys(r["mode"] for r in run.runs) if m != SHADOW]
     check_modes(run.cfg, modes)
@@ -365,7 +366,7 @@ def simulate_run_file(
                     timed_batch(run.cfg, mode, pools, engine, looks, seed, random.Random(-seed)).seconds
                     for seed in seeds
                 ]
-                spread = (min(times), max(times))
+                spread = (min(times), statistics.median(times), max(times))
             rows.append(ModeRow(mode, repeat, source, batch, steady, measured.get(mode), spread))
             if mode in passes and not _natural(passes[mode]):
                 as_run = replay_as_run(passes[mode], engine, is_streamed(mode, looks))
@@ -402,7 +403,7 @@ def markdown(rows: list[ModeRow]) -> str:
     plain = {r.repeat: r for r in rows if r.mode == "plain"}
     lines = [
         "| mode | repeat | lengths from | simulated s | measured s | sim/measured | speed-up sim | speed-up measured "
-        "| steps | generated | kept | max running | waited | steady groups/s | other draws s |",
+        "| steps | generated | kept | max running | waited | steady groups/s | other draws s: median (range) |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
@@ -411,7 +412,7 @@ def markdown(rows: list[ModeRow]) -> str:
         sim_up = _fmt(base and b.seconds and base.batch.seconds / b.seconds, "{:.2f}×")
         measured_up = _fmt(base and base.measured_s and r.measured_s and base.measured_s / r.measured_s, "{:.2f}×")
         kept = _fmt(r.kept_tokens, "{}")
-        spread = f"{r.draws_s[0]:.3f}–{r.draws_s[1]:.3f}" if r.draws_s else "–"
+        spread = f"{r.draws_s[1]:.3f} ({r.draws_s[0]:.3f}–{r.draws_s[2]:.3f})" if r.draws_s else "–"
         lines.append(
             f"| {r.mode} | {r.repeat} | {r.pool} | {b.seconds:.3f} | {_fmt(r.measured_s, '{:.3f}')} | {ratio} "
             f"| {sim_up} | {measured_up} | {b.steps} | {b.generated_tokens} | {kept} | {b.max_running} "

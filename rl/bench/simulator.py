@@ -172,11 +172,15 @@ class SimResult:
         return sum(g.aborted for g in self.groups)
 
 
-def pick(pool: Pool, n: int, rng: random.Random | None = None) -> list[NaturalSample]:
+def pick(pool: Pool, n: int, rng: random.Random | None = None, resample: bool = False) -> list[NaturalSample]:
     """``n`` samples of ``pool``: the pool in order (shuffled with ``rng``), then draws with replacement (with ``rng``,
-    else seeded 0)."""
+    else seeded 0). With ``resample``, ``n`` draws with replacement from the start (a bootstrap): as a fresh pass
+    draws its samples, where ``n`` of the pool without replacement varies less the closer ``n`` is to its size."""
     if not pool:
         raise ValueError("an empty pool of natural samples")
+    if resample:
+        draw = rng or random.Random(0)
+        return [draw.choice(pool) for _ in range(n)]
     first = list(pool)
     extra = rng or random.Random(0)
     if rng is not None:
@@ -191,14 +195,16 @@ def simulate_batch(
     looks: Looks | None = None,
     streamed: bool | None = None,
     rng: random.Random | None = None,
+    resample: bool = False,
 ) -> SimResult:
     """One batch, every group submitted at once (as ``rl bench rollout``'s pass): prompt ``g`` is ``str(g)``, its
-    samples come from ``pools[g]`` (``pick``). ``looks`` None: controllers see finishes only. ``streamed``: whether
-    requests stream their outputs (default: when looked at). The policy ``observe``s every group afterwards."""
+    samples come from ``pools[g]`` (``pick``, ``resample`` as there). ``looks`` None: controllers see finishes only.
+    ``streamed``: whether requests stream their outputs (default: when looked at). The policy ``observe``s every group
+    afterwards."""
     prompt_ids = [str(g) for g in range(len(pools))]
     sim = _Engine(engine, looks, looks is not None if streamed is None else streamed)
     for plan in policy.plan(prompt_ids):
-        samples = pick(pools[int(plan.prompt_id)], plan.n_launch, rng)
+        samples = pick(pools[int(plan.prompt_id)], plan.n_launch, rng, resample)
         sim.submit(_Group(plan.prompt_id, policy.controller(plan), samples, sim.step, sim.now, looks))
     result = sim.run(lambda _: None)
     for outcome in result.groups:
