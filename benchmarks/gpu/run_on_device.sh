@@ -7,7 +7,7 @@
 #   bash benchmarks/gpu/run_on_device.sh after,dummy7b,before      # one call of 600 s
 #   bash benchmarks/gpu/run_on_device.sh profile,tests,jitcache      # a second, as the lease allows (then
 #                                                                      # memplan, sleep, ipc, peer)
-#   rl bench simulate FILES_AT/after --profile fit:PROFILE             # here, after both: the simulator's check
+#   rl bench simulate FILES_AT/after --profile fit:PROFILE --draws 20  # here, after both: the simulator's check
 #                                                                      # (PROFILE: the second call's
 #                                                                      # profile_smollm2.json), shaped modes
 #                                                                      # predicted from the unshaped
