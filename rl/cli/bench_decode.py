@@ -110,8 +110,8 @@ def _add_bench_simulate(bench: argparse._SubParsersAction) -> None:
     sim.add_argument(
         "--draws",
         type=positive,
-        help="also run each mode simulated on another pass's lengths on this many other draws of them: the range a "
-        "batch's own draw of samples moves its time over",
+        help="also run each mode simulated on another pass's lengths on this many other draws of them (with "
+        "replacement, as a fresh pass draws): the median and range a batch's own draw of samples moves its time over",
     )
     sim.add_argument("--in-flight", type=positive, help="groups in flight in the steady state (default: B)")
     sim.add_argument("--json", help="also write the rows as JSON here")
