@@ -16,6 +16,7 @@ from rl.bench.simulate import (
     fit_line,
     load_run_file,
     markdown,
+    mean_lines,
     mode_looks,
     mode_policy,
     natural_pools,
@@ -90,6 +91,25 @@ def test_other_draws_of_the_pool_give_a_range_for_modes_on_another_pass(tmp_path
     assert fastest <= median <= slowest
     assert simulate_run_file(rf, EngineModel(LinearStep(0.001, 0.0)), draws=20)[1].draws_s == (fastest, median, slowest)
     assert f"| {median:.3f} ({fastest:.3f}–{slowest:.3f}) |" in markdown(rows)
+
+
+def test_the_means_over_batches_take_a_drawn_mode_by_its_median(tmp_path: Path) -> None:
+    """What a shaped mode is quoted by: its mean over batches, each by its draws' median, beside the measured mean;
+    the as-run replays stay out of it."""
+    runs = [run("plain", 0, [[3, 5], [2, 4]], 0.005), run("shadow", 0, [[1, 8, 2, 7], [3, 1, 8, 2]], 0.01)]
+    runs += [run("plain", 1, [[3, 3], [2, 6]], 0.007), run("shadow", 1, [[1, 2, 2, 7], [3, 1, 4, 2]], 0.01)]
+    runs += [run(MODES[1], r, [[1, 1]], 0.004 + r * 0.002, "abort") for r in (0, 1)]
+    rows = simulate_run_file(load_run_file(run_file(tmp_path, runs)), EngineModel(LinearStep(0.001, 0.0)), draws=5)
+    plain = [r.batch.seconds for r in rows if r.mode == "plain"]
+    shaped = [r.draws_s[1] for r in rows if r.mode == MODES[1] and r.draws_s]
+    assert len(plain) == len(shaped) == 2
+    lines = mean_lines(rows).splitlines()
+    assert lines[0] == f"plain: mean over 2 batch(es) {sum(plain) / 2:.3f} s simulated, 0.006 s measured " + (
+        f"({sum(plain) / 2 / 0.006:.2f}×)"
+    )
+    speed_up = sum(plain) / sum(shaped)
+    assert lines[1].startswith(f"{MODES[1]}: mean over 2 batch(es) {sum(shaped) / 2:.3f} s simulated, 0.005 s")
+    assert lines[1].endswith(f"; speed-up {speed_up:.2f}× simulated, 1.20× measured")
 
 
 def test_a_cut_short_run_replays_from_its_config_and_passes(tmp_path: Path) -> None:

@@ -421,6 +421,30 @@ def markdown(rows: list[ModeRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def mean_lines(rows: list[ModeRow]) -> str:
+    """Per mode, over the repeats with a measured time: the simulated mean (a mode with other draws by their
+    medians) against the measured mean, and each side's speed-up of the means over plain's. How a shaped mode's
+    time is quoted: one simulated batch may land far from one measured batch, their means do not."""
+    by_mode: dict[str, list[ModeRow]] = {}
+    for r in rows:
+        if r.pool != AS_RUN and r.measured_s:
+            by_mode.setdefault(r.mode, []).append(r)
+    means = {
+        mode: (statistics.mean(r.draws_s[1] if r.draws_s else r.batch.seconds for r in rs),
+               statistics.mean(r.measured_s or 0.0 for r in rs), len(rs))
+        for mode, rs in by_mode.items()
+    }  # fmt: skip
+    lines = []
+    for mode, (simulated, measured, n) in means.items():
+        line = f"{mode}: mean over {n} batch(es) {simulated:.3f} s simulated, {measured:.3f} s measured"
+        line += f" ({simulated / measured:.2f}×)"
+        if mode != "plain" and "plain" in means:
+            plain_sim, plain_measured, _ = means["plain"]
+            line += f"; speed-up {plain_sim / simulated:.2f}× simulated, {plain_measured / measured:.2f}× measured"
+        lines.append(line)
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def engine_line(engine: EngineModel, label: str) -> str:
     """The simulated engine's settings in one line, for the table's header (``label``: the device cost, a fitted
     context cost included)."""

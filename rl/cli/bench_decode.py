@@ -82,7 +82,7 @@ def cmd_bench_simulate(args: argparse.Namespace) -> int:
     except ValueError as e:  # SimulateError included
         print(f"cannot simulate: {e}".splitlines()[0], file=sys.stderr)
         return 2
-    print(f"{sim.engine_line(engine, label)}\n\n{sim.markdown(rows)}")
+    print(f"{sim.engine_line(engine, label)}\n\n{sim.markdown(rows)}\n{sim.mean_lines(rows)}")
     if args.json:
         sim.write_json(Path(args.json), rows, engine, args.profile)
     return 0
