@@ -482,7 +482,7 @@ class TrainConfig(Strict):
 class AlgorithmConfig(Strict):
     """Advantage estimator, policy loss, off-policy correction, regularizers and batch filtering."""
 
-    advantage: Literal["grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline"] = Field(
+    advantage: Literal["grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline", "grpo-batch"] = Field(
         default="grpo",
         description="advantage estimator",
     )
@@ -1056,7 +1056,7 @@ TRL_NAMES = {
     "mask_truncated_completions": "algorithm.mask_truncated",
     "sapo_temperature_pos": "algorithm.sapo_tau_pos",
     "sapo_temperature_neg": "algorithm.sapo_tau_neg",
-    "scale_rewards": "algorithm.advantage (drgrpo: no std scaling)",
+    "scale_rewards": "algorithm.advantage (group: grpo, batch: grpo-batch, none: drgrpo)",
     "reward_weights": "reward.functions.N.weight",
     "per_device_train_batch_size": "train.batch_groups (prompts per step; each gets shaping.m_keep samples)",
     "save_steps": "train.checkpoint_every",

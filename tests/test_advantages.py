@@ -52,9 +52,18 @@ def test_reinforce_pp_baseline_centres_groups_then_batch_std():
     assert adv[1] == [0.0, 0.0]
 
 
+def test_grpo_batch_centres_groups_then_divides_by_the_rewards_batch_std():
+    adv = compute_advantages("grpo-batch", [[2.0, 0.0], [5.0, 5.0]])
+    # centred per group: [1, -1], [0, 0]; the rewards' batch std (not the centred values'): mean 3,
+    # sqrt((1 + 9 + 4 + 4) / 4) = sqrt(4.5) -> [1/sqrt(4.5), -1/sqrt(4.5)], [0, 0] (reinforce++-baseline: +-sqrt(2))
+    s = math.sqrt(4.5)
+    assert adv[0] == pytest.approx([1 / s, -1 / s], abs=1e-5)
+    assert adv[1] == [0.0, 0.0]
+
+
 def test_all_equal_rewards_give_exact_zeros_for_group_baselines():
     # 0.1 three times: the float mean is off by an ulp, still the result is exactly 0
-    for est in ("grpo", "drgrpo", "rloo", "reinforce++-baseline"):
+    for est in ("grpo", "drgrpo", "rloo", "reinforce++-baseline", "grpo-batch"):
         assert compute_advantages(est, [[0.1, 0.1, 0.1]]) == [[0.0, 0.0, 0.0]], est
     # the whole batch equal: reinforce++ has nothing to normalize either
     assert compute_advantages("reinforce++", [[0.1, 0.1], [0.1]]) == [[0.0, 0.0], [0.0]]
@@ -74,4 +83,4 @@ def test_unknown_estimator_names_the_valid_ones():
 
 
 def test_is_group_local():
-    assert [is_group_local(e) for e in ESTIMATORS] == [True, True, True, False, False]
+    assert [is_group_local(e) for e in ESTIMATORS] == [True, True, True, False, False, False]

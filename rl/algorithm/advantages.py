@@ -5,6 +5,8 @@
 - ``rloo``: ``r_i - mean of the other rewards of the group`` (Ahmadian et al. 2024, leave-one-out baseline).
 - ``reinforce++``: ``(r - batch mean) / (batch std + eps)`` over every response of the batch (Hu 2025).
 - ``reinforce++-baseline``: subtract the group mean, then divide by the batch std of those centred values.
+- ``grpo-batch``: subtract the group mean, then divide by the batch std of the rewards themselves (TRL's
+  ``scale_rewards="batch"``; ScaleRL's batch-level normalization, Khatri et al. 2025, arXiv 2510.13786).
 
 Standard deviations are population ones (``ddof=0``). A group whose rewards are all equal gets exact zeros
 from every estimator that subtracts a group baseline.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-ESTIMATORS: tuple[str, ...] = ("grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline")
+ESTIMATORS: tuple[str, ...] = ("grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline", "grpo-batch")
 
 
 def group_advantages(rewards: list[float], normalize_std: bool = True, eps: float = 1e-6) -> list[float]:
@@ -53,8 +55,8 @@ def compute_advantages(estimator: str, group_rewards: list[list[float]], eps: fl
             out = np.split(flat, np.cumsum([g.size for g in groups])[:-1])
         else:
             out = [_centered(g) for g in groups]
-        flat = np.concatenate(out) if out else np.zeros(0)
-        std = flat.std() if flat.size else 0.0
+        scaled_by = np.concatenate(groups if estimator == "grpo-batch" else out)
+        std = scaled_by.std() if scaled_by.size else 0.0
         out = [a / (std + eps) for a in out]
     return [a.tolist() for a in out]
 

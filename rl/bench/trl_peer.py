@@ -50,7 +50,7 @@ from rl.output.progress import Progress
 from rl.rewards.loading import load_reward_fn
 
 LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
-SCALE_REWARDS = {"grpo": "group", "drgrpo": "none"}
+SCALE_REWARDS = {"grpo": "group", "drgrpo": "none", "grpo-batch": "batch"}
 
 
 @dataclass(frozen=True)
