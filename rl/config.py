@@ -499,6 +499,12 @@ class AlgorithmConfig(Strict):
         description="clip range [1 - clip_low, 1 + clip_high] (DAPO clip-higher)",
     )
     clip_high: float = Field(default=0.28, ge=0, description="upper clip: ratios above 1 + clip_high are clipped")
+    dual_clip: float | None = Field(
+        default=None,
+        gt=1,
+        description="dual-clip PPO (ppo, gspo): a token with a negative advantage loses at most dual_clip x |A|, "
+        "however far its ratio rose (verl's clip_ratio_c, e.g. 3; TRL's delta); None: no such bound",
+    )
     sapo_tau_pos: float = Field(
         default=1.0,
         gt=0,
@@ -1050,6 +1056,7 @@ TRL_NAMES = {
     "beta": "algorithm.kl_coef",
     "epsilon": "algorithm.clip_low",
     "epsilon_high": "algorithm.clip_high",
+    "delta": "algorithm.dual_clip",
     "loss_type": "algorithm.agg (and algorithm.advantage=drgrpo for dr_grpo; cispo and sapo: algorithm.loss, "
     "cispo's cap epsilon_high being 1 + algorithm.clip_high)",
     "importance_sampling_level": "algorithm.loss (gspo: sequence level)",

@@ -22,8 +22,8 @@ from rl.inputs.inert_settings import inert_settings, warn_of_inert_settings
             ["algorithm.clip_high (only with an algorithm.loss other than sapo)"],
         ),
         (
-            ["algorithm.loss=cispo", "algorithm.clip_low=0.1", "algorithm.clip_high=4"],
-            ["algorithm.clip_low (only with algorithm.loss=ppo or gspo)"],
+            ["algorithm.loss=cispo", "algorithm.clip_low=0.1", "algorithm.clip_high=4", "algorithm.dual_clip=3"],
+            ["algorithm.clip_low, algorithm.dual_clip (only with algorithm.loss=ppo or gspo)"],
         ),
         (["algorithm.correction_cap=3", "algorithm.correction=tis-token", "algorithm.decoupled=true"], []),
         (

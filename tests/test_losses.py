@@ -53,6 +53,24 @@ def test_ppo_gradient_sign_and_clipped_tokens_have_no_gradient():
     assert logp.grad.tolist()[1] == pytest.approx([1.5, 1.0, 0.0])
 
 
+def test_dual_clip_bounds_a_negative_advantages_loss_and_stops_its_gradient():
+    """Dual-clip PPO: with A < 0 a ratio above ``dual_clip`` loses ``dual_clip * |A|`` and gets no gradient; below
+    it, and for A > 0, PPO is unchanged."""
+    logp = _leaf([[L(5.0), L(2.0)], [L(5.0), L(2.0)]])
+    spec = LossSpec(clip_low=0.2, clip_high=0.28, dual_clip=3.0)
+    out = policy_loss(logp, torch.zeros(2, 2), _t([-1.0, 1.0]), torch.ones(2, 2), spec)
+    out.loss.backward()
+    # A=-1: r 5 -> min(-5, -1.28) = -5, floored at -3 -> loss 3, no gradient; r 2 -> loss 2, gradient +2
+    # A=+1: r 5 and 2 clipped at 1.28 -> loss -1.28 each, no gradient (the dual clip leaves A > 0 alone)
+    assert out.loss.item() == pytest.approx(3.0 + 2.0 - 1.28 - 1.28)
+    assert logp.grad.tolist() == [pytest.approx([0.0, 2.0]), pytest.approx([0.0, 0.0])]
+    assert out.stats["clipped_tokens"] == 3.0  # the dual-clipped token and the two above 1.28 with A > 0
+    plain = policy_loss(logp.detach(), torch.zeros(2, 2), _t([-1.0, 1.0]), torch.ones(2, 2), LossSpec())
+    assert plain.loss.item() == pytest.approx(5.0 + 2.0 - 1.28 - 1.28)  # without it the r = 5 token loses 5
+    with pytest.raises(ValueError, match="dual_clip"):
+        LossSpec(dual_clip=1.0)
+
+
 # ---- aggregation and the sum/units contract ------------------------------------------------------------------
 
 
@@ -115,6 +133,8 @@ def test_two_half_batches_summed_equal_one_full_call(agg, kind):
     )
     if kind == "gspo":
         spec = dataclasses.replace(spec, clip_low=0.05, clip_high=0.05)
+    if kind in ("ppo", "gspo"):
+        spec = dataclasses.replace(spec, dual_clip=1.08)  # binds on some of the random tokens
 
     def run(rows):
         logp = (base + 0.1 * torch.randn(b, t, generator=torch.Generator().manual_seed(1), dtype=torch.float64))[rows]

@@ -65,6 +65,7 @@ class TrainerSpec:
             correction=a.correction,
             correction_cap=a.correction_cap,
             decoupled=a.decoupled,
+            dual_clip=a.dual_clip,
             sapo_tau_pos=a.sapo_tau_pos,
             sapo_tau_neg=a.sapo_tau_neg,
         )

@@ -56,7 +56,9 @@ class LossSpec:
     ``sapo`` (Gao et al. 2025, arXiv 2511.20347: no clip; the token ratio passes a soft gate
     ``sigmoid(tau * (r - 1)) * 4 / tau`` whose slope, 1 at ``r = 1``, fades as ``r`` moves away; ``sapo_tau_pos`` /
     ``sapo_tau_neg`` for positive and other advantages). ``clip_low`` / ``clip_high``: asymmetric clip range
-    ``[1 - low, 1 + high]`` (clip-higher, DAPO arXiv 2503.14476). ``agg``:
+    ``[1 - low, 1 + high]`` (clip-higher, DAPO arXiv 2503.14476). ``dual_clip`` (``ppo`` and ``gspo``): a token
+    with a negative advantage loses at most ``dual_clip * |A|``, so a ratio far above 1 cannot blow its loss up
+    (dual-clip PPO, Ye et al. 2020, arXiv 1912.09729; verl's ``clip_ratio_c``, TRL's ``delta``). ``agg``:
     how tokens become units (see ``policy_loss``); ``norm_len`` is the constant divisor of
     ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783). ``kl_coef`` / ``kl_estimator``: penalty on
     KL(current || ref) with Schulman's k1/k2/k3 estimators. ``entropy_coef``: entropy bonus.
@@ -75,6 +77,7 @@ class LossSpec:
     correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "none"
     correction_cap: float = 2.0
     decoupled: bool = True
+    dual_clip: float | None = None
     sapo_tau_pos: float = 1.0
     sapo_tau_neg: float = 1.05
 
@@ -91,6 +94,8 @@ class LossSpec:
             raise ValueError(f"correction {self.correction!r} weights by pi_prox / pi_behav: it needs decoupled=True")
         if self.correction_cap < 1.0:
             raise ValueError(f"correction_cap must be >= 1, got {self.correction_cap}")
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be above 1, got {self.dual_clip}")
         if self.sapo_tau_pos <= 0 or self.sapo_tau_neg <= 0:
             raise ValueError(f"SAPO's temperatures must be > 0, got {self.sapo_tau_pos}, {self.sapo_tau_neg}")
 
@@ -161,6 +166,11 @@ def policy_loss(
     else:  # the pessimistic bound: a token whose clipped side is the minimum has no gradient
         surrogate = torch.minimum(unclipped, clipped)
         was_clipped = clipped.detach() < unclipped.detach()
+        if spec.dual_clip is not None:  # a negative advantage's loss stops at dual_clip * |A|
+            floor = spec.dual_clip * adv
+            dual = (adv < 0) & (surrogate.detach() < floor)
+            surrogate = torch.where(dual, floor, surrogate)
+            was_clipped = was_clipped | dual
     per_token = -weight.to(dtype) * surrogate
 
     kl = None

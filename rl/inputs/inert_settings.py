@@ -36,6 +36,7 @@ def inert_settings(cfg: RunConfig) -> list[str]:
     rules: list[tuple[str, BaseModel, str, bool, str]] = [
         ("algorithm", a, "norm_len", a.agg != "seq-mean-token-sum-norm", "algorithm.agg=seq-mean-token-sum-norm"),
         ("algorithm", a, "clip_low", a.loss in ("cispo", "sapo"), "algorithm.loss=ppo or gspo"),
+        ("algorithm", a, "dual_clip", a.loss in ("cispo", "sapo"), "algorithm.loss=ppo or gspo"),
         ("algorithm", a, "clip_high", a.loss == "sapo", "an algorithm.loss other than sapo"),
         *[("algorithm", a, k, a.loss != "sapo", "algorithm.loss=sapo") for k in SAPO_KNOBS],
         ("algorithm", a, "correction_cap", a.correction == "none", "an algorithm.correction"),
