@@ -505,6 +505,13 @@ class AlgorithmConfig(Strict):
         description="dual-clip PPO (ppo, gspo): a token with a negative advantage loses at most dual_clip x |A|, "
         "however far its ratio rose (verl's clip_ratio_c, e.g. 3; TRL's delta); None: no such bound",
     )
+    off_policy_mask: float | None = Field(
+        default=None,
+        gt=0,
+        description="off-policy sequence masking (DeepSeek-V3.2; TRL's off_policy_mask_threshold, e.g. 0.5): a "
+        "sample with a negative advantage whose mean log pi_vLLM - log pi over its tokens exceeds this is no loss "
+        "term; None: none dropped",
+    )
     sapo_tau_pos: float = Field(
         default=1.0,
         gt=0,
@@ -1057,6 +1064,7 @@ TRL_NAMES = {
     "epsilon": "algorithm.clip_low",
     "epsilon_high": "algorithm.clip_high",
     "delta": "algorithm.dual_clip",
+    "off_policy_mask_threshold": "algorithm.off_policy_mask",
     "loss_type": "algorithm.agg (and algorithm.advantage=drgrpo for dr_grpo; cispo and sapo: algorithm.loss, "
     "cispo's cap epsilon_high being 1 + algorithm.clip_high)",
     "importance_sampling_level": "algorithm.loss (gspo: sequence level)",

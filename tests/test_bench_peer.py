@@ -153,7 +153,7 @@ def test_trl_mirrors_the_learning_rate_schedule(tmp_path):
     assert (args["lr_scheduler_type"], args["warmup_steps"], args["max_steps"]) == ("linear", 5, 20)
 
 
-def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_dual_clip(tmp_path):
+def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_bounds(tmp_path):
     cfg = load_config(recipe_path("arith_tiny"), ["algorithm.mask_truncated=true"])
     assert grpo_arguments(cfg, seed=0, steps=20, out_dir=tmp_path, use_vllm=False)["mask_truncated_completions"]
     cispo = load_config(recipe_path("arith_tiny"), ["algorithm.loss=cispo", "algorithm.clip_high=4"])
@@ -161,8 +161,9 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_dual_clip(tmp_pa
     assert (args["loss_type"], args["epsilon_high"]) == ("cispo", 5.0)  # TRL caps the ratio at epsilon_high itself
     scale_rl = load_config(recipe_path("arith_tiny"), ["algorithm.loss=cispo", "algorithm.advantage=grpo-batch"])
     assert grpo_arguments(scale_rl, 0, 20, tmp_path, use_vllm=False)["scale_rewards"] == "batch"
-    dual = load_config(recipe_path("arith_tiny"), ["algorithm.dual_clip=3"])
-    assert grpo_arguments(dual, 0, 20, tmp_path, use_vllm=False)["delta"] == 3.0
+    dual = load_config(recipe_path("arith_tiny"), ["algorithm.dual_clip=3", "algorithm.off_policy_mask=0.5"])
+    args = grpo_arguments(dual, 0, 20, tmp_path, use_vllm=False)
+    assert (args["delta"], args["off_policy_mask_threshold"]) == (3.0, 0.5)
     for overrides, refused in (
         (["algorithm.loss=cispo", "algorithm.agg=seq-mean-token-mean"], "algorithm.loss=cispo with algorithm.agg"),
         (["algorithm.loss=sapo"], "algorithm.loss=sapo"),

@@ -71,6 +71,22 @@ def test_dual_clip_bounds_a_negative_advantages_loss_and_stops_its_gradient():
         LossSpec(dual_clip=1.0)
 
 
+def test_off_policy_sequence_masking_drops_negative_sequences_that_drifted():
+    """DeepSeek-V3.2's rule: a sequence is dropped when its advantage is negative and its mean
+    log pi_behav - log pi is above the threshold; a positive one, or one that stayed close, is kept."""
+    behav = torch.zeros(4, 2)
+    drifted, close = [L(0.5), L(0.5)], [L(0.9), L(0.9)]  # mean log(pi_b / pi): 0.69 and 0.105
+    logp = _leaf([drifted, close, drifted, [L(0.5), 9.0]])  # the last row's second position is padding
+    adv, mask = _t([-1.0, -1.0, 1.0, -1.0]), _t([[1, 1], [1, 1], [1, 1], [1, 0]])
+    out = policy_loss(logp, behav, adv, mask, LossSpec(off_policy_mask=0.5))
+    out.loss.backward()
+    assert logp.grad[0].tolist() == [0.0, 0.0] and logp.grad[3].tolist() == [0.0, 0.0]  # dropped
+    assert logp.grad[1].abs().sum() > 0 and logp.grad[2].abs().sum() > 0  # close, or a positive advantage
+    assert out.stats["opsm_masked_seqs"] == 2.0
+    assert finalize_stats(out.stats)["opsm_masked_fraction"] == pytest.approx(2 / 4)
+    assert policy_loss(logp.detach(), behav, adv, mask, LossSpec()).stats["opsm_masked_seqs"] == 0.0
+
+
 # ---- aggregation and the sum/units contract ------------------------------------------------------------------
 
 
@@ -129,7 +145,14 @@ def test_two_half_batches_summed_equal_one_full_call(agg, kind):
     adv = torch.randn(b, generator=g, dtype=torch.float64)
     mask = _t([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
     spec = LossSpec(
-        kind=kind, agg=agg, norm_len=5, kl_coef=0.1, entropy_coef=0.01, correction="tis-seq", correction_cap=1.1
+        kind=kind,
+        agg=agg,
+        norm_len=5,
+        kl_coef=0.1,
+        entropy_coef=0.01,
+        correction="tis-seq",
+        correction_cap=1.1,
+        off_policy_mask=0.05,  # drops some of the random sequences
     )
     if kind == "gspo":
         spec = dataclasses.replace(spec, clip_low=0.05, clip_high=0.05)
@@ -443,12 +466,13 @@ def test_finalize_and_merge_stats():
         "seq_w_sq_sum": 1.0,
         "masked_units": 0.0,
         "masked_tokens": 0.0,
+        "opsm_masked_seqs": 0.0,
         "logprob_gap_abs_sum": 0.3,
         "kl_ref_sum": 0.6,
         "entropy_sum": 1.5,
     }
     b = {**a, "tokens": 1.0, "clipped_tokens": 0.0, "ratio_sum": 0.7, "is_weight_max": 3.0, "seq_w_sum": 3.0}
-    b["seq_w_sq_sum"], b["masked_tokens"], b["masked_units"] = 9.0, 1.0, 1.0
+    b["seq_w_sq_sum"], b["masked_tokens"], b["masked_units"], b["opsm_masked_seqs"] = 9.0, 1.0, 1.0, 1.0
     merged = merge_stats(merge_stats({}, a), b)
     assert merged["tokens"] == 4.0 and merged["seqs"] == 2.0
     assert merged["is_weight_max"] == 3.0  # max, not 1 + 3
@@ -460,6 +484,7 @@ def test_finalize_and_merge_stats():
     assert means["is_weight_max"] == 3.0
     assert means["ess_ratio"] == pytest.approx((1 + 3) ** 2 / (2 * (1 + 9)))  # weights 1 and 3 -> 16 / 20
     assert means["masked_fraction"] == pytest.approx(1 / 4)
+    assert means["opsm_masked_fraction"] == pytest.approx(1 / 2)  # of sequences
     assert means["logprob_gap"] == pytest.approx(0.6 / 4)
     assert means["kl_ref"] == pytest.approx(1.2 / 4)
     assert means["entropy"] == pytest.approx(3.0 / 4)

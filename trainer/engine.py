@@ -66,6 +66,7 @@ class TrainerSpec:
             correction_cap=a.correction_cap,
             decoupled=a.decoupled,
             dual_clip=a.dual_clip,
+            off_policy_mask=a.off_policy_mask,
             sapo_tau_pos=a.sapo_tau_pos,
             sapo_tau_neg=a.sapo_tau_neg,
         )

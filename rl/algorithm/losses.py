@@ -39,6 +39,7 @@ STAT_KEYS: tuple[str, ...] = (
     "seq_w_sq_sum",
     "masked_units",
     "masked_tokens",
+    "opsm_masked_seqs",
     "logprob_gap_abs_sum",
     "kl_ref_sum",
     "entropy_sum",
@@ -58,7 +59,9 @@ class LossSpec:
     ``sapo_tau_neg`` for positive and other advantages). ``clip_low`` / ``clip_high``: asymmetric clip range
     ``[1 - low, 1 + high]`` (clip-higher, DAPO arXiv 2503.14476). ``dual_clip`` (``ppo`` and ``gspo``): a token
     with a negative advantage loses at most ``dual_clip * |A|``, so a ratio far above 1 cannot blow its loss up
-    (dual-clip PPO, Ye et al. 2020, arXiv 1912.09729; verl's ``clip_ratio_c``, TRL's ``delta``). ``agg``:
+    (dual-clip PPO, Ye et al. 2020, arXiv 1912.09729; verl's ``clip_ratio_c``, TRL's ``delta``). ``off_policy_mask``:
+    a sequence with a negative advantage whose mean ``log pi_behav - log pi`` exceeds it is no loss term (off-policy
+    sequence masking, DeepSeek-V3.2, arXiv 2512.02556; TRL's ``off_policy_mask_threshold``). ``agg``:
     how tokens become units (see ``policy_loss``); ``norm_len`` is the constant divisor of
     ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783). ``kl_coef`` / ``kl_estimator``: penalty on
     KL(current || ref) with Schulman's k1/k2/k3 estimators. ``entropy_coef``: entropy bonus.
@@ -78,6 +81,7 @@ class LossSpec:
     correction_cap: float = 2.0
     decoupled: bool = True
     dual_clip: float | None = None
+    off_policy_mask: float | None = None
     sapo_tau_pos: float = 1.0
     sapo_tau_neg: float = 1.05
 
@@ -146,6 +150,8 @@ def policy_loss(
     w_tok = token_weights(trainer, behav)
     w_seq = sequence_weights(trainer, behav, m)
     weight, masked_tokens, masked_units = _correction(spec, w_tok, w_seq, m)  # correction is "none" when coupled
+    opsm = _off_policy_masked(spec, logp, behav, advantages, m, n_tok)
+    weight = torch.where(opsm.unsqueeze(-1), 0.0, weight)
 
     log_ratio = logp - prox
     if spec.kind != "gspo":
@@ -208,6 +214,7 @@ def policy_loss(
             "seq_w_sq_sum": (w_seq_h * w_seq_h).sum(),
             "masked_units": masked_units.double(),
             "masked_tokens": masked_tokens.double(),
+            "opsm_masked_seqs": opsm.double().sum(),
             "logprob_gap_abs_sum": ((trainer.double() - behav.double()).abs() * fm).sum(),
             "kl_ref_sum": (kl.detach().double() * fm).sum() if kl is not None else fm.new_zeros(()),
             "entropy_sum": (ent.detach().double() * fm).sum() if ent is not None else fm.new_zeros(()),
@@ -233,7 +240,8 @@ def finalize_stats(sums: dict[str, float]) -> dict[str, float]:
     """Turn summed stats (of one call, or merged over micro-batches and ranks) into per-token means.
 
     ``ess_ratio`` is over sequences (VCPO); ``is_weight_*`` are raw token weights ``pi_prox / pi_behav`` before
-    capping; ``masked_fraction`` is the fraction of tokens that MIS removed from the surrogate.
+    capping; ``masked_fraction`` is the fraction of tokens that MIS removed from the surrogate,
+    ``opsm_masked_fraction`` the fraction of sequences that off-policy sequence masking removed.
     """
     tokens = sums["tokens"]
 
@@ -248,6 +256,7 @@ def finalize_stats(sums: dict[str, float]) -> dict[str, float]:
         "is_weight_max": sums["is_weight_max"],
         "ess_ratio": ess_ratio(sums["seq_w_sum"], sums["seq_w_sq_sum"], sums["seqs"]),
         "masked_fraction": per_token("masked_tokens"),
+        "opsm_masked_fraction": sums["opsm_masked_seqs"] / sums["seqs"] if sums["seqs"] > 0 else 0.0,
         "logprob_gap": per_token("logprob_gap_abs_sum"),
         "kl_ref": per_token("kl_ref_sum"),
         "entropy": per_token("entropy_sum"),
@@ -271,6 +280,22 @@ def _correction(
     masked_tokens = rejected.sum()
     masked_units = rejected.any(-1).sum() if seq_level else masked_tokens
     return torch.where(keep, w, 0.0), masked_tokens, masked_units
+
+
+def _off_policy_masked(
+    spec: LossSpec,
+    logp: torch.Tensor,
+    behav: torch.Tensor,
+    advantages: torch.Tensor,
+    m: torch.Tensor,
+    n_tok: torch.Tensor,
+) -> torch.Tensor:
+    """Per sequence, whether off-policy sequence masking drops it: a negative advantage and a mean
+    ``log pi_behav - log pi`` over its tokens above ``spec.off_policy_mask`` (all False without the setting)."""
+    if spec.off_policy_mask is None:
+        return torch.zeros_like(n_tok, dtype=torch.bool)
+    seq_kl = torch.where(m, behav - logp.detach(), 0.0).sum(-1) / n_tok.clamp(min=1)
+    return (advantages.detach() < 0) & (seq_kl > spec.off_policy_mask) & (n_tok > 0)
 
 
 def _kl(estimator: str, logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:

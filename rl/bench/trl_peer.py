@@ -174,6 +174,7 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         epsilon_high=1.0 + a.clip_high if a.loss == "cispo" else a.clip_high,  # TRL's CISPO cap is epsilon_high
         loss_type="cispo" if a.loss == "cispo" else LOSS_TYPES[a.agg],  # TRL's cispo: token-mean over the batch
         delta=a.dual_clip,
+        off_policy_mask_threshold=a.off_policy_mask,
         mask_truncated_completions=a.mask_truncated,
         scale_rewards=SCALE_REWARDS[a.advantage],
         beta=a.kl_coef,
