@@ -159,8 +159,6 @@ def policy_loss(
     else:  # GSPO-token: value of the sequence ratio, gradient of each token's own log-prob
         seq_log_ratio = log_ratio.sum(-1) / n_tok.clamp(min=1)
         ratio = torch.exp(seq_log_ratio.detach().unsqueeze(-1) + logp - logp.detach())
-    unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - spec.clip_low, 1.0 + spec.clip_high) * adv
     if spec.kind == "cispo":  # the capped ratio is a detached weight: every token keeps a gradient
         capped = ratio.detach().clamp(max=1.0 + spec.clip_high)
         surrogate = capped * adv * logp
@@ -170,6 +168,8 @@ def policy_loss(
         surrogate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau) * adv
         was_clipped = torch.zeros_like(m)
     else:  # the pessimistic bound: a token whose clipped side is the minimum has no gradient
+        unclipped = ratio * adv
+        clipped = ratio.clamp(1.0 - spec.clip_low, 1.0 + spec.clip_high) * adv
         surrogate = torch.minimum(unclipped, clipped)
         was_clipped = clipped.detach() < unclipped.detach()
         if spec.dual_clip is not None:  # a negative advantage's loss stops at dual_clip * |A|

@@ -178,14 +178,11 @@ def pick(pool: Pool, n: int, rng: random.Random | None = None, resample: bool = 
     draws its samples, where ``n`` of the pool without replacement varies less the closer ``n`` is to its size."""
     if not pool:
         raise ValueError("an empty pool of natural samples")
-    if resample:
-        draw = rng or random.Random(0)
-        return [draw.choice(pool) for _ in range(n)]
-    first = list(pool)
-    extra = rng or random.Random(0)
+    draw = rng or random.Random(0)
+    first = [] if resample else list(pool)
     if rng is not None:
         rng.shuffle(first)
-    return first[:n] + [extra.choice(pool) for _ in range(n - len(first))]
+    return first[:n] + [draw.choice(pool) for _ in range(n - len(first))]
 
 
 def simulate_batch(

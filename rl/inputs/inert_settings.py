@@ -24,7 +24,6 @@ DARTS_KNOBS = (
 SART_KNOBS = ("alpha", "beta", "scorer")
 MODEL_SCORER_KNOBS = ("scorer_gpus",)  # scorer_model without a model scorer is refused by the config
 TOOL_KNOBS = ("max_tool_calls", "tool_timeout_s")
-CLIP_KNOBS = ("clip_low", "clip_high")
 SAPO_KNOBS = ("sapo_tau_pos", "sapo_tau_neg")  # SAPO's gate, which replaces the clip
 log = logging.getLogger("rl.config")
 
