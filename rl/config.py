@@ -60,6 +60,11 @@ class DataConfig(Strict):
         default=None,
         description="chat only: a system message before the question (in place of a chat-message row's own)",
     )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keyword arguments for the model's chat template wherever it renders (chat prompts, tool "
+        "episodes, evaluation), e.g. {enable_thinking: false} for Qwen3 (TRL's chat_template_kwargs)",
+    )
     limit: int | None = Field(default=None, ge=1, description="use only the first N training rows; None: all")
     test_fraction: float = Field(
         default=0.1,
@@ -1082,6 +1087,8 @@ TRL_NAMES = {
     "repetition_penalty": "rollout.repetition_penalty",
     "gradient_checkpointing": "train.gradient_checkpointing",
     "vllm_enable_sleep_mode": "rollout.sleep_while_training",
+    "chat_template_kwargs": "data.chat_template_kwargs",
+    "max_tool_calling_iterations": "rollout.max_tool_calls",
 }
 
 

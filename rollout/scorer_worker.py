@@ -16,7 +16,7 @@ The rollout side awaits ``score`` through a ``ScorerClient`` (an awaited ObjectR
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -33,6 +33,7 @@ class ScorerSpec:
     device: str = "cpu"
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: float32 on CPU, bfloat16 on GPU
     batch_size: int = 16  # texts per forward pass
+    template_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)  # data.chat_template_kwargs
 
 
 class ScorerWorker:
@@ -43,7 +44,7 @@ class ScorerWorker:
 
         t0 = time.monotonic()
         self.spec = spec
-        self.encoder = PromptEncoder(spec.model)
+        self.encoder = PromptEncoder(spec.model, spec.template_kwargs)
         self.tokenizer = self.encoder.tokenizer
         full = spec.dtype == "float32" or (spec.dtype == "auto" and spec.device == "cpu")
         dtype = torch.float32 if full else torch.bfloat16

@@ -44,14 +44,20 @@ class ToolFormat(Protocol):
 class ChatTemplateFormat:
     """``<tool_call>`` JSON calls; prompts and results through the tokenizer's chat template."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs
         self.end_of_turn = tokenizer.eos_token_id
 
     def prompt(self, messages: Messages, schemas: list[dict[str, Any]]) -> list[int]:
         return list(
             self.tokenizer.apply_chat_template(
-                messages, tools=schemas or None, add_generation_prompt=True, tokenize=True, return_dict=False
+                messages,
+                tools=schemas or None,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **self.template_kwargs,
             )
         )
 
@@ -80,7 +86,11 @@ class ChatTemplateFormat:
     def _ids(self, messages: Messages, generation_prompt: bool) -> list[int]:
         return list(
             self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=generation_prompt, tokenize=True, return_dict=False
+                messages,
+                add_generation_prompt=generation_prompt,
+                tokenize=True,
+                return_dict=False,
+                **self.template_kwargs,
             )
         )
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,7 +29,7 @@ from rl.rollout.tool_format import ChatTemplateFormat, Messages, ToolFormat
 from rl.rollout.tools import ToolBox, environment_tools, load_environment, load_tool
 from rl.rollout.workflow import Episode, EpisodeTrace
 
-from rl.config import RolloutConfig
+from rl.config import RunConfig
 from rl.types import PromptRow, Sample
 
 
@@ -113,15 +113,16 @@ class ToolSettings:
     max_tool_calls: int
     timeout_s: float
     base_dir: str  # relative file specs are resolved against it
+    template_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)  # data.chat_template_kwargs
 
     @staticmethod
-    def of(rollout: RolloutConfig) -> ToolSettings | None:
-        """The settings of ``rollout`` (relative specs against the current directory); None without tools."""
-        if not rollout.tools and rollout.environment is None:
+    def of(cfg: RunConfig) -> ToolSettings | None:
+        """The settings of ``cfg.rollout`` (relative specs against the current directory) with the chat template's
+        keyword arguments; None without tools."""
+        r, kwargs = cfg.rollout, cfg.data.chat_template_kwargs
+        if not r.tools and r.environment is None:
             return None
-        return ToolSettings(
-            tuple(rollout.tools), rollout.environment, rollout.max_tool_calls, rollout.tool_timeout_s, os.getcwd()
-        )
+        return ToolSettings(tuple(r.tools), r.environment, r.max_tool_calls, r.tool_timeout_s, os.getcwd(), kwargs)
 
     def load(self) -> tuple[list[Callable[..., Any]], Callable[[], Any] | None]:
         """The tool functions and the environment factory; ``ValueError`` with one line naming a bad spec."""
@@ -132,7 +133,8 @@ class ToolSettings:
     def build(self, tokenizer: Any) -> ToolWorkflow:
         """The workflow, with Qwen/Hermes ``<tool_call>`` calls through ``tokenizer``'s chat template."""
         tools, environment = self.load()
-        return ToolWorkflow(ChatTemplateFormat(tokenizer), tools, environment, self.max_tool_calls, self.timeout_s)
+        fmt = ChatTemplateFormat(tokenizer, self.template_kwargs)
+        return ToolWorkflow(fmt, tools, environment, self.max_tool_calls, self.timeout_s)
 
 
 def reset_arguments(row: PromptRow) -> dict[str, Any]:

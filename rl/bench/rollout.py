@@ -140,7 +140,7 @@ class RolloutBenchConfig(BaseModel):
     @model_validator(mode="after")
     def _no_raw_episodes(self) -> RolloutBenchConfig:
         if "raw" in self.modes and self.recipe is not None:
-            if ToolSettings.of(load_config(self.recipe, self.recipe_overrides).rollout) is not None:
+            if ToolSettings.of(load_config(self.recipe, self.recipe_overrides)) is not None:
                 raise ValueError("mode raw is single-turn; the recipe's tools make episodes: run the other modes")
         return self
 
@@ -268,16 +268,16 @@ class RolloutBench:
     def __init__(self, cfg: RolloutBenchConfig, model_dir: str, workflow: ToolWorkflow | None = None) -> None:
         self.cfg = cfg
         self.model_dir = model_dir
-        self.encoder = PromptEncoder(model_dir)
+        run = load_config(cfg.recipe, cfg.recipe_overrides) if cfg.recipe is not None else None
+        self.encoder = PromptEncoder(model_dir, run.data.chat_template_kwargs if run is not None else None)
         self.enforce_eager = EngineSpec.enforce_eager
         chat = self.encoder.tokenizer.chat_template is not None
-        if cfg.recipe is not None:
-            run = load_config(cfg.recipe, cfg.recipe_overrides)
+        if run is not None:
             split = dataset_rows(run.data, run.data.train_split)
             draws = [sample_rows(split, cfg.prompts, cfg.seed + r) for r in range(cfg.repeats)]
             default_specs = [(f.spec, f.weight) for f in run.reward.functions]
             self.enforce_eager = run.rollout.enforce_eager  # GPU: CUDA graphs with rollout.enforce_eager=false
-            tools = ToolSettings.of(run.rollout)
+            tools = ToolSettings.of(run)
             if workflow is None and tools is not None:
                 workflow = tools.build(self.encoder.tokenizer)
         else:

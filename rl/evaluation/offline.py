@@ -113,7 +113,7 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
     if not rows:
         raise BadInput(f"--dataset {data.source!r} split {settings.split!r} has no rows; check --split")
     functions = load_rewards(cfg)
-    encoder = prompt_encoder(model_dir, settings.model, "model")
+    encoder = prompt_encoder(cfg, model_dir, settings.model, "model")
     check_chat_template(encoder, cfg, rows, f"model {settings.model!r}")
     check_rewards(cfg, functions, rows, encoder, check_tools(cfg, encoder, rows))  # a column the rows lack: here
     longest = max(len(prompt_ids(cfg, encoder)(r)) for r in rows)
@@ -131,7 +131,7 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
 
 def prompt_ids(cfg: RunConfig, encoder: PromptEncoder) -> Callable[[PromptRow], list[int]]:
     """A row's prompt tokens as the engine gets them: with tools, the episode's first prompt (their schemas in)."""
-    tools = ToolSettings.of(cfg.rollout)
+    tools = ToolSettings.of(cfg)
     return tools.build(encoder.tokenizer).prompt if tools else lambda row: encoder.encode(row.prompt)
 
 
@@ -214,7 +214,7 @@ async def eval_report(
     if temperature is None:
         temperature = cfg.eval.temperature if settings.samples == 1 else cfg.rollout.temperature
     sampling = held_out_sampling(cfg.rollout, settings.samples, temperature, max_tokens)
-    tools = ToolSettings.of(cfg.rollout)  # with tools, every sample is an episode whose calls run
+    tools = ToolSettings.of(cfg)  # with tools, every sample is an episode whose calls run
     t0 = time.monotonic()
     own = None
     if workers is None:
@@ -270,7 +270,7 @@ def engine_context(cfg: RunConfig, needed_len: int, positions: int | None = None
     tools, whose episodes grow past their first prompt, the recipe's ``rollout.max_model_len`` where that is more, cut
     to the model's ``positions`` where known (a recipe made for a larger model)."""
     r = cfg.rollout
-    if not ToolSettings.of(r):
+    if not ToolSettings.of(cfg):
         return needed_len
     return max(min(r.max_model_len, positions or r.max_model_len), needed_len)
 

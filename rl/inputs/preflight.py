@@ -66,7 +66,7 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
     train, test = split_rows(cfg.data)
     _check_column_names(cfg, train)
     functions = load_rewards(cfg)
-    encoder = prompt_encoder(model_dir, cfg.model.path)
+    encoder = prompt_encoder(cfg, model_dir, cfg.model.path)
     _check_context_length(model_dir, cfg.rollout.max_model_len)
     check_chat_template(encoder, cfg, train, f"model.path {cfg.model.path!r}")
     extra_columns = check_tools(cfg, encoder, train)
@@ -290,12 +290,13 @@ def check_output_dir(directory: str | Path, where: str) -> Path:
     return path
 
 
-def prompt_encoder(model_dir: str, path: str, where: str = "model.path") -> PromptEncoder:
-    """The prompt encoder of ``model_dir`` (``path`` as the user gave it, named ``where``), or a one-line
-    ``BadInput``; a hub name where the Hub cannot be reached is read from the cache only (``hub``)."""
+def prompt_encoder(cfg: RunConfig, model_dir: str, path: str, where: str = "model.path") -> PromptEncoder:
+    """The prompt encoder of ``model_dir`` (``path`` as the user gave it, named ``where``) with ``cfg``'s chat
+    template arguments, or a one-line ``BadInput``; a hub name where the Hub cannot be reached is read from the
+    cache only (``hub``)."""
     cache_only = not Path(model_dir).is_dir() and hub.offline_unless_reachable()  # a hub name, no Hub to ask
     try:
-        return PromptEncoder(model_dir)
+        return PromptEncoder(model_dir, cfg.data.chat_template_kwargs)
     except Exception as e:
         if cache_only:
             raise BadInput(f"{where} {hub.not_cached(path)}") from None
@@ -409,8 +410,10 @@ def _check_column_names(cfg: RunConfig, rows: list[PromptRow]) -> None:
 
 def check_chat_template(encoder: PromptEncoder, cfg: RunConfig, rows: list[PromptRow], model: str) -> None:
     """Chat prompts (``data.chat``, or rows of messages) need a chat template; ``model`` names the model's setting
-    and value for the message (``model.path 'NAME'``)."""
+    and value for the message (``model.path 'NAME'``). ``data.chat_template_kwargs`` must render (``BadInput``
+    otherwise) and, where no prompt is chat or the first renders as without them, are said to do nothing."""
     if getattr(encoder.tokenizer, "chat_template", None):
+        _check_template_kwargs(encoder, cfg, rows, model)
         return
     where = f"{model} has no chat template"
     if cfg.data.chat:
@@ -419,6 +422,30 @@ def check_chat_template(encoder: PromptEncoder, cfg: RunConfig, rows: list[Promp
         raise BadInput(
             f"{where}, but data.prompt_field {cfg.data.prompt_field!r} holds chat messages; use a model with a "
             f"chat template"
+        )
+
+
+def _check_template_kwargs(encoder: PromptEncoder, cfg: RunConfig, rows: list[PromptRow], model: str) -> None:
+    kwargs = cfg.data.chat_template_kwargs
+    if not kwargs:
+        return
+    chat = next((r.prompt for r in rows if isinstance(r.prompt, list)), None)
+    if chat is None and not cfg.data.chat:
+        log.warning("data.chat_template_kwargs do nothing: the prompts are plain text (set data.chat=true)")
+        return
+    messages = chat or [{"role": "user", "content": "-"}]
+    render = encoder.tokenizer.apply_chat_template
+    try:
+        given = render(messages, add_generation_prompt=True, tokenize=False, **kwargs)
+    except Exception as e:
+        fails = f"data.chat_template_kwargs: the chat template of {model} fails with them ({_line(e)})"
+        raise BadInput(f"{fails}; correct them") from None
+    if given == render(messages, add_generation_prompt=True, tokenize=False):
+        log.warning(
+            "data.chat_template_kwargs %s change nothing in the chat template of %s (the first prompt renders the "
+            "same without them); check their names against the template",
+            sorted(kwargs),
+            model,
         )
 
 
@@ -431,7 +458,7 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
     from rl.rollout.tool_workflow import ToolSettings, reset_arguments, snapshot
     from rl.rollout.tools import environment_tools, load_environment, load_tool, tool_schema
 
-    settings = ToolSettings.of(cfg.rollout)
+    settings = ToolSettings.of(cfg)
     if settings is None:
         return {}
     if not all(isinstance(r.prompt, list) for r in rows):

@@ -10,10 +10,11 @@ from rl.types import PromptRow, Sample
 class PromptEncoder:
     """Encodes prompts (text or chat messages) to token ids and shapes completions the TRL way."""
 
-    def __init__(self, model_dir: str) -> None:
+    def __init__(self, model_dir: str, template_kwargs: dict[str, Any] | None = None) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs, for every chat rendering
         self._cache: dict[str, list[int]] = {}
         self.tools: list[dict[str, Any]] | None = None  # tool schemas the chat template renders (rollout.tools)
 
@@ -22,7 +23,12 @@ class PromptEncoder:
         if isinstance(prompt, list):
             return list(
                 self.tokenizer.apply_chat_template(
-                    prompt, tools=self.tools, add_generation_prompt=True, tokenize=True, return_dict=False
+                    prompt,
+                    tools=self.tools,
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=False,
+                    **self.template_kwargs,
                 )
             )
         if prompt not in self._cache:

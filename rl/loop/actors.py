@@ -228,6 +228,7 @@ def start_scorer(cfg: RunConfig, model_dir: str) -> Any:
         model=resolve_model(s.scorer_model) if s.scorer_model else model_dir,
         device="cuda" if s.scorer_gpus > 0 else "cpu",
         dtype=cfg.model.dtype,
+        template_kwargs=cfg.data.chat_template_kwargs,
     )
     return remote_scorer_worker(num_cpus=1, num_gpus=s.scorer_gpus).remote(spec)
 

@@ -52,7 +52,7 @@ class GroupMaker:
         self.counters, self.state, self.fail = counters, state, fail
         self.sampling = rollout_sampling(cfg.rollout)
         self.progress_every_tokens = cfg.shaping.progress_tokens
-        self.tools = ToolSettings.of(cfg.rollout)  # None: single-turn groups under the shaping policy
+        self.tools = ToolSettings.of(cfg)  # None: single-turn groups under the shaping policy
         self.m_keep = cfg.shaping.m_keep
         self.watch = RewardWatch(rewards.names, cfg.train.batch_groups)
         self.dynamic_sampling = DynamicSampling(cfg.algorithm, cfg.train.batch_groups)
