@@ -14,6 +14,7 @@ from typing import Any, Literal, NamedTuple, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rl.algorithm.advantages import is_group_local
 from rl.data.arith import ArithConfig
 from rl.rewards.model import RewardModelSpec
 from rl.rollout.cpu_cores import parse_cores
@@ -487,9 +488,10 @@ class TrainConfig(Strict):
 class AlgorithmConfig(Strict):
     """Advantage estimator, policy loss, off-policy correction, regularizers and batch filtering."""
 
-    advantage: Literal["grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline", "grpo-batch"] = Field(
+    advantage: Literal["grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline", "grpo-batch", "gdpo"] = Field(
         default="grpo",
-        description="advantage estimator",
+        description="advantage estimator; gdpo normalizes each reward function within its group before the "
+        "weighted sum (TRL's multi_objective_aggregation=normalize_then_sum); docs/algorithms.md",
     )
     loss: Literal["ppo", "gspo", "cispo", "sapo"] = Field(
         default="ppo",
@@ -742,7 +744,7 @@ class RunConfig(Strict):
                 "rollout.sleep_while_training puts the engines to sleep while the trainers step, but this run samples "
                 "while it trains: set train.max_staleness=0 and train.periodic_async=false, or leave it off"
             )
-        if self.train.periodic_async and self.algorithm.advantage.startswith("reinforce++"):
+        if self.train.periodic_async and not is_group_local(self.algorithm.advantage):
             raise ValueError(
                 f"train.periodic_async trains each group as it arrives, so algorithm.advantage must be "
                 f"group-local; {self.algorithm.advantage!r} normalizes over the whole batch"
@@ -1077,6 +1079,7 @@ TRL_NAMES = {
     "sapo_temperature_pos": "algorithm.sapo_tau_pos",
     "sapo_temperature_neg": "algorithm.sapo_tau_neg",
     "scale_rewards": "algorithm.advantage (group: grpo, batch: grpo-batch, none: drgrpo)",
+    "multi_objective_aggregation": "algorithm.advantage (normalize_then_sum: gdpo)",
     "reward_weights": "reward.functions.N.weight",
     "per_device_train_batch_size": "train.batch_groups (prompts per step; each gets shaping.m_keep samples)",
     "save_steps": "train.checkpoint_every",

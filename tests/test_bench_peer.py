@@ -161,6 +161,9 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_b
     assert (args["loss_type"], args["epsilon_high"]) == ("cispo", 5.0)  # TRL caps the ratio at epsilon_high itself
     scale_rl = load_config(recipe_path("arith_tiny"), ["algorithm.loss=cispo", "algorithm.advantage=grpo-batch"])
     assert grpo_arguments(scale_rl, 0, 20, tmp_path, use_vllm=False)["scale_rewards"] == "batch"
+    gdpo = grpo_arguments(load_config(recipe_path("arith_tiny"), ["algorithm.advantage=gdpo"]), 0, 20, tmp_path, False)
+    assert gdpo["multi_objective_aggregation"] == "normalize_then_sum"
+    assert grpo_arguments(cfg, 0, 20, tmp_path, False)["multi_objective_aggregation"] == "sum_then_normalize"
     dual = load_config(recipe_path("arith_tiny"), ["algorithm.dual_clip=3", "algorithm.off_policy_mask=0.5"])
     args = grpo_arguments(dual, 0, 20, tmp_path, use_vllm=False)
     assert (args["delta"], args["off_policy_mask_threshold"]) == (3.0, 0.5)

@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,11 +74,12 @@ def test_on_policy_needs_sync_every_step():
 def test_periodic_asynchrony_needs_on_policy_and_group_local_advantages():
     with pytest.raises(ValidationError, match="periodic_async needs train.max_staleness=0"):
         load_config(recipe_path("arith_tiny"), ["train.periodic_async=true", "train.max_staleness=2"])
-    with pytest.raises(ValidationError, match="must be group-local"):
-        load_config(
-            recipe_path("arith_tiny"),
-            ["train.periodic_async=true", "train.max_staleness=0", "algorithm.advantage=reinforce++"],
-        )
+    for batch_wide in ("reinforce++", "reinforce++-baseline", "grpo-batch", "gdpo"):
+        with pytest.raises(ValidationError, match=f"must be group-local; '{re.escape(batch_wide)}' normalizes"):
+            load_config(
+                recipe_path("arith_tiny"),
+                ["train.periodic_async=true", "train.max_staleness=0", f"algorithm.advantage={batch_wide}"],
+            )
     with pytest.raises(ValidationError, match="needs mini_batches=1 and ppo_epochs=1"):
         load_config(
             recipe_path("arith_tiny"), ["train.periodic_async=true", "train.max_staleness=0", "train.ppo_epochs=2"]

@@ -79,8 +79,8 @@ def test_reward_rises(ray_session, rollout_worker, tiny_model_dir, tmp_path, mod
 def test_negated_advantages_fail_the_canary(ray_session, rollout_worker, tiny_model_dir, tmp_path, monkeypatch):
     assign = rl.loop.steps.assign_advantages
 
-    def negated(estimator, groups):
-        assign(estimator, groups)
+    def negated(estimator, groups, weights):
+        assign(estimator, groups, weights)
         for group in groups:
             group.advantages = [-a for a in group.advantages]
 

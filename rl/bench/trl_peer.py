@@ -130,7 +130,7 @@ def unsupported(cfg: RunConfig) -> list[str]:
     """The recipe settings TRL's GRPOTrainer cannot mirror (empty when it can run the recipe)."""
     a, t = cfg.algorithm, cfg.train
     checks = {
-        f"algorithm.advantage={a.advantage}": a.advantage not in SCALE_REWARDS,
+        f"algorithm.advantage={a.advantage}": a.advantage not in (*SCALE_REWARDS, "gdpo"),
         f"algorithm.loss={a.loss}": a.loss not in ("ppo", "cispo"),
         f"algorithm.loss=cispo with algorithm.agg={a.agg}": a.loss == "cispo" and a.agg != "token-mean",
         "algorithm.decoupled=true": a.decoupled,
@@ -176,7 +176,8 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         delta=a.dual_clip,
         off_policy_mask_threshold=a.off_policy_mask,
         mask_truncated_completions=a.mask_truncated,
-        scale_rewards=SCALE_REWARDS[a.advantage],
+        scale_rewards=SCALE_REWARDS.get(a.advantage, "batch"),  # gdpo: TRL ignores it
+        multi_objective_aggregation="normalize_then_sum" if a.advantage == "gdpo" else "sum_then_normalize",
         beta=a.kl_coef,
         entropy_coef=a.entropy_coef,
         reward_weights=[f.weight for f in cfg.reward.functions],

@@ -31,11 +31,19 @@ async def unless_stopping(stopping: asyncio.Event, ref: Any) -> Any:
     raise RunStopped
 
 
-def assign_advantages(estimator: str, groups: list[Group]) -> None:
-    """Fill every group's ``advantages`` with ``estimator`` computed over ``groups`` together."""
-    values = compute_advantages(estimator, [[s.reward for s in g.samples] for g in groups])
+def assign_advantages(estimator: str, groups: list[Group], weights: list[float]) -> None:
+    """Fill every group's ``advantages`` with ``estimator`` computed over ``groups`` together; ``weights``: the reward
+    functions', for estimators that read each function's values (``gdpo``)."""
+    rewards = [[s.reward for s in g.samples] for g in groups]
+    functions = [list(g.reward_log.functions.values()) for g in groups]
+    values = compute_advantages(estimator, rewards, function_rewards=functions, weights=weights)
     for group, advantages in zip(groups, values, strict=True):
         group.advantages = advantages
+
+
+def reward_weights(cfg: RunConfig) -> list[float]:
+    """The reward functions' weights, in ``reward.functions`` order (that of ``RewardLog.functions``)."""
+    return [f.weight for f in cfg.reward.functions]
 
 
 async def batch_step(
@@ -50,7 +58,7 @@ async def batch_step(
     groups = await unless_stopping(stopping, fleet.buffer.get_batch.remote(cfg.train.batch_groups, version))
     if before_training is not None:
         await before_training()
-    assign_advantages(cfg.algorithm.advantage, groups)
+    assign_advantages(cfg.algorithm.advantage, groups, reward_weights(cfg))
     split = balanced_shards if cfg.train.dp_balance == "tokens" else round_robin_shards
     trainers = fleet.trainers
     shards = split(groups, len(trainers))
@@ -68,7 +76,8 @@ async def streamed_step(cfg: RunConfig, fleet: Fleet, version: int, stopping: as
     pending = []
     for i in range(cfg.train.batch_groups):
         group = (await unless_stopping(stopping, fleet.buffer.get_batch.remote(1, version)))[0]
-        assign_advantages(cfg.algorithm.advantage, [group])  # group-local estimators only (config check)
+        # group-local estimators only (config check)
+        assign_advantages(cfg.algorithm.advantage, [group], reward_weights(cfg))
         groups.append(group)
         pending.append(fleet.trainers[i % len(fleet.trainers)].accumulate.remote([group]))
     await asyncio.gather(*pending)
