@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from rl.rollout.tool_workflow import ToolSettings
+from test_tool_preflight import TOOLS
 from tool_chat import TEMPLATE, byte_chat_tokenizer
 
 from rl.bench.trl_peer import grpo_arguments
@@ -22,19 +23,10 @@ QWEN3_LIKE = TEMPLATE.replace(
     "{% if add_generation_prompt %}<|im_start|>assistant{{ '\\n' }}{% endif %}",
     "{% if mode is defined and mode != 'a' %}{{ raise_exception('unknown mode ' + mode) }}{% endif %}"
     "{% if add_generation_prompt %}<|im_start|>assistant{{ '\\n' }}"
-    "{% if enable_thinking is defined and enable_thinking is false %}" + NO_THINKING.replace("\n", "{{ '\\n' }}") + ""
-    "{% endif %}{% endif %}",
+    "{% if enable_thinking is defined and enable_thinking is false %}"
+    + NO_THINKING.replace("\n", "{{ '\\n' }}")
+    + "{% endif %}{% endif %}",
 )
-TOOLS = '''
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: the first
-        b: the second
-    """
-    return a + b
-'''
 
 
 def _config(tmp_path: Path, *overrides: str):
