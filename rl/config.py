@@ -567,6 +567,26 @@ class AlgorithmConfig(Strict):
         default="k3",
         description="estimator of the KL term (k1, k2, k3 of Schulman's note)",
     )
+    kl_correction: bool = Field(
+        default=False,
+        description="weight each token's KL term by pi / pi_vLLM, the importance ratio of the policy that sampled "
+        "it, so that the estimate is of the current policy's KL however stale the sample (DeepSeek-V3.2's unbiased "
+        "KL; TRL's use_bias_correction_kl)",
+    )
+    ref_sync_every: int | None = Field(
+        default=None,
+        ge=1,
+        description="every this many steps the KL reference moves toward the policy: reference = (1 - ref_sync_mix) "
+        "* reference + ref_sync_mix * policy (TR-DPO; TRL's sync_ref_model, ref_model_sync_steps); None: the "
+        "reference stays the initial policy",
+    )
+    ref_sync_mix: float = Field(
+        default=0.6,
+        gt=0,
+        le=1,
+        description="the policy's share at each reference sync (TRL's ref_model_mixup_alpha); 1: the reference "
+        "becomes the policy (ProRL's reference reset)",
+    )
     entropy_coef: float = Field(default=0.0, ge=0, description="entropy bonus weight")
     dynamic_sampling: bool = Field(
         default=False,
@@ -1071,6 +1091,10 @@ TRL_NAMES = {
     "epsilon": "algorithm.clip_low",
     "epsilon_high": "algorithm.clip_high",
     "delta": "algorithm.dual_clip",
+    "use_bias_correction_kl": "algorithm.kl_correction",
+    "sync_ref_model": "algorithm.ref_sync_every (the steps between syncs)",
+    "ref_model_sync_steps": "algorithm.ref_sync_every",
+    "ref_model_mixup_alpha": "algorithm.ref_sync_mix",
     "off_policy_mask_threshold": "algorithm.off_policy_mask",
     "loss_type": "algorithm.agg (and algorithm.advantage=drgrpo for dr_grpo; cispo and sapo: algorithm.loss, "
     "cispo's cap epsilon_high being 1 + algorithm.clip_high)",

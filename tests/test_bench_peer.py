@@ -163,6 +163,12 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_b
     assert grpo_arguments(scale_rl, 0, 20, tmp_path, use_vllm=False)["scale_rewards"] == "batch"
     gdpo = grpo_arguments(load_config(recipe_path("arith_tiny"), ["algorithm.advantage=gdpo"]), 0, 20, tmp_path, False)
     assert gdpo["multi_objective_aggregation"] == "normalize_then_sum"
+    kl = load_config(recipe_path("arith_tiny"), ["algorithm.kl_coef=0.01", "algorithm.kl_correction=true"])
+    assert grpo_arguments(kl, 0, 20, tmp_path, False)["use_bias_correction_kl"] is True
+    synced = ["algorithm.kl_coef=0.01", "algorithm.ref_sync_every=64", "algorithm.ref_sync_mix=0.9"]
+    args = grpo_arguments(load_config(recipe_path("arith_tiny"), synced), 0, 20, tmp_path, False)
+    assert (args["sync_ref_model"], args["ref_model_sync_steps"], args["ref_model_mixup_alpha"]) == (True, 64, 0.9)
+    assert "sync_ref_model" not in grpo_arguments(kl, 0, 20, tmp_path, False)  # TRL's default: off
     assert grpo_arguments(cfg, 0, 20, tmp_path, False)["multi_objective_aggregation"] == "sum_then_normalize"
     dual = load_config(recipe_path("arith_tiny"), ["algorithm.dual_clip=3", "algorithm.off_policy_mask=0.5"])
     args = grpo_arguments(dual, 0, 20, tmp_path, use_vllm=False)

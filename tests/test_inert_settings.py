@@ -14,6 +14,18 @@ from rl.inputs.inert_settings import inert_settings, warn_of_inert_settings
     [
         (["algorithm.kl_estimator=k1"], ["algorithm.kl_estimator (only with algorithm.kl_coef above 0)"]),
         (["algorithm.kl_estimator=k1", "algorithm.kl_coef=0.01"], []),
+        (
+            ["algorithm.kl_correction=true", "algorithm.ref_sync_every=8", "algorithm.ref_sync_mix=1"],
+            [
+                "algorithm.kl_correction, algorithm.ref_sync_every, algorithm.ref_sync_mix (only with "
+                "algorithm.kl_coef above 0)"
+            ],
+        ),
+        (
+            ["algorithm.kl_coef=0.01", "algorithm.ref_sync_mix=1"],
+            ["algorithm.ref_sync_mix (only with algorithm.ref_sync_every)"],
+        ),
+        (["algorithm.kl_coef=0.01", "algorithm.kl_correction=true", "algorithm.ref_sync_every=8"], []),
         (["algorithm.norm_len=100"], ["algorithm.norm_len (only with algorithm.agg=seq-mean-token-sum-norm)"]),
         (["algorithm.correction_cap=3"], ["algorithm.correction_cap (only with an algorithm.correction)"]),
         (["algorithm.sapo_tau_neg=2"], ["algorithm.sapo_tau_neg (only with algorithm.loss=sapo)"]),

@@ -396,6 +396,23 @@ def test_kl_estimators(estimator, total):
         assert logp.grad.tolist()[0] == pytest.approx([0.1 * (1 - math.exp(-0.5)), 0.1 * (1 - math.e)])
 
 
+def test_kl_correction_weights_the_kl_by_the_sampling_policys_importance_ratio():
+    """k3 weighted by r = pi / pi_behav (DeepSeek-V3.2's unbiased estimate), its gradient through r as well."""
+    logp, behav, ref = _leaf([[-1.0, -2.0]]), _t([[-1.5, -2.0]]), _t([[-1.5, -1.0]])
+    spec = LossSpec(kl_coef=0.1, kl_correction=True)
+    out = policy_loss(logp, behav, _t([0.0]), torch.ones(1, 2), spec, ref_logprobs=ref)  # A=0: KL only
+    k3 = [math.exp(-0.5) - 0.5, math.e - 2.0]  # as in test_kl_estimators
+    r = [math.exp(0.5), 1.0]  # logp - behav = [0.5, 0]
+    assert out.stats["kl_ref_sum"] == pytest.approx(r[0] * k3[0] + r[1] * k3[1])
+    assert out.loss.item() == pytest.approx(0.1 * (r[0] * k3[0] + r[1] * k3[1]))
+    out.loss.backward()
+    # d/dlogp [r * k3] = r * k3 + r * (1 - e^(ref - logp))
+    grads = [r[0] * (k3[0] + 1 - math.exp(-0.5)), r[1] * (k3[1] + 1 - math.e)]
+    assert logp.grad.tolist()[0] == pytest.approx([0.1 * g for g in grads])
+    plain = policy_loss(logp.detach(), behav, _t([0.0]), torch.ones(1, 2), LossSpec(kl_coef=0.1), ref_logprobs=ref)
+    assert plain.stats["kl_ref_sum"] == pytest.approx(sum(k3))  # off: the plain estimate, whatever the sampler
+
+
 def test_kl_and_entropy_need_their_inputs():
     x, a, m = torch.zeros(1, 2), torch.zeros(1), torch.ones(1, 2)
     with pytest.raises(ValueError, match="ref_logprobs"):

@@ -133,6 +133,27 @@ def test_sharded_checkpoint_round_trips_in_the_single_rank_format(rank_pair, tin
     _assert_same_update(full, single.full_weights(), before, _noise_gradients(spec, groups), spec.lr)
 
 
+def test_sharded_ranks_each_reset_their_whole_reference_to_the_gathered_policy(rank_pair, tiny_model_dir):
+    """``ref_sync_every`` with ``ref_sync_mix=1`` on two ranks: each rank's whole (unsharded) reference becomes
+    the policy the ranks hold in shards."""
+    from rl.algorithm.losses import LossSpec
+
+    spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, loss=LossSpec(kl_coef=0.1), ref_sync_every=1, ref_sync_mix=1.0)
+    workers = _fresh(rank_pair, spec)
+    groups = make_groups(4)
+    ray.get([w.train_step.remote(groups[r::2]) for r, w in enumerate(workers)])
+    policy = ray.get([w.full_weights.remote() for w in workers])[0]
+
+    def reference(worker: TrainerWorker) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in worker.engine.reference.named_parameters()}
+
+    initial = FSDPEngine(spec).full_weights()
+    for ref in ray.get([w.__ray_call__.remote(reference) for w in workers]):
+        assert ref.keys() == policy.keys()
+        assert all(torch.equal(ref[n], policy[n]) for n in ref)
+        assert not all(torch.equal(ref[n], initial[n]) for n in ref)
+
+
 def test_gathered_weights_give_vllm_the_sharded_trainers_logprobs(rank_pair, rollout_worker, tiny_model_dir, encode):
     from rl.loop.weight_channel import CpuWeightChannel
 

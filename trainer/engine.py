@@ -39,6 +39,8 @@ class TrainerSpec:
     loss: LossSpec = field(default_factory=LossSpec)
     ess_lr_scaling: bool = _default(AlgorithmConfig, "ess_lr_scaling")
     mask_truncated: bool = _default(AlgorithmConfig, "mask_truncated")
+    ref_sync_every: int | None = _default(AlgorithmConfig, "ref_sync_every")  # steps between reference syncs
+    ref_sync_mix: float = _default(AlgorithmConfig, "ref_sync_mix")
     micro_batch_size: int = _default(TrainConfig, "micro_batch_size")
     micro_batch_tokens: int | None = _default(TrainConfig, "micro_batch_tokens")
     gradient_checkpointing: bool = _default(TrainConfig, "gradient_checkpointing")
@@ -61,6 +63,7 @@ class TrainerSpec:
             norm_len=a.norm_len or cfg.rollout.max_tokens,
             kl_coef=a.kl_coef,
             kl_estimator=a.kl_estimator,
+            kl_correction=a.kl_correction,
             entropy_coef=a.entropy_coef,
             correction=a.correction,
             correction_cap=a.correction_cap,
@@ -81,6 +84,8 @@ class TrainerSpec:
             loss=loss,
             ess_lr_scaling=a.ess_lr_scaling,
             mask_truncated=a.mask_truncated,
+            ref_sync_every=a.ref_sync_every,
+            ref_sync_mix=a.ref_sync_mix,
             micro_batch_size=t.micro_batch_size,
             micro_batch_tokens=t.micro_batch_tokens,
             gradient_checkpointing=t.gradient_checkpointing,

@@ -32,7 +32,7 @@ from rl.trainer.lr_schedule import lr_factor
 from rl.algorithm.losses import MAX_STATS, empty_stats, finalize_stats, merge_stats, policy_loss
 from rl.algorithm.off_policy import ess_lr_scale
 from rl.config import LoraConfig
-from rl.loop.checkpoint import ADAPTER_DIR, ADAPTER_WEIGHTS
+from rl.loop.checkpoint import ADAPTER_DIR, ADAPTER_WEIGHTS, REFERENCE_WEIGHTS
 from rl.types import Group
 
 
@@ -109,7 +109,7 @@ class FSDPEngine:
             self.model = _with_adapters(self.model, spec.lora)
         if spec.gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.reference = None  # frozen initial policy, only when the loss has a KL term
+        self.reference = None  # the initial policy (moved toward the policy by ``ref_sync_every``), for a KL term
         if spec.loss.kl_coef > 0:
             self.reference = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)
             self.reference.eval().requires_grad_(False)
@@ -291,7 +291,7 @@ class FSDPEngine:
         """Average the accumulated gradients over the global loss units, clip, step; returns the step's metrics."""
         t0 = time.monotonic()
         update = self._update()
-        self.version += 1
+        self._advance()
         seconds = self._busy + time.monotonic() - t0
         self._reset_accumulation()
         metrics = self._metrics([update], seconds, epochs=1)
@@ -321,8 +321,36 @@ class FSDPEngine:
                 self._accumulate(batches, proximal[c] if proximal else None)
                 updates.append(self._update())
                 self._reset_accumulation()
-        self.version += 1
+        self._advance()
         return self._metrics(updates, time.monotonic() - t0, epochs=self.spec.epochs)
+
+    def _advance(self) -> None:
+        """The step is done: the next weight version; every ``ref_sync_every`` versions the KL reference becomes
+        ``(1 - ref_sync_mix) * reference + ref_sync_mix * policy`` (TR-DPO's soft update; mix 1: a reset)."""
+        self.version += 1
+        if not self.syncs_reference or self.version % self.spec.ref_sync_every:
+            return
+        policy, mix = self._policy_weights_on_every_rank(), self.spec.ref_sync_mix
+        with torch.no_grad():
+            for name, p in self.reference.named_parameters():
+                p.mul_(1.0 - mix).add_(policy[name].to(p.device, p.dtype), alpha=mix)
+
+    @property
+    def syncs_reference(self) -> bool:
+        """The KL reference moves (``ref_sync_every``): it is then state, saved, loaded and digested."""
+        return self.reference is not None and self.spec.ref_sync_every is not None
+
+    def _reference_weights(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.reference.named_parameters()}
+
+    def _policy_weights_on_every_rank(self) -> dict[str, torch.Tensor]:
+        """The policy's whole weights by HF name on every rank (``full_weights`` gives rank 0 alone); with LoRA
+        merged."""
+        if self.spec.lora is not None or not self.sharded:
+            return self.full_weights()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True))
 
     @torch.no_grad()
     def _proximal(self, batches: list[TokenBatch]) -> list[torch.Tensor]:
@@ -455,6 +483,9 @@ class FSDPEngine:
         save_file(weights, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
         if self.spec.lora is not None:  # the merged model above is what rl eval serves; training resumes from these
             self._save_adapter(os.path.join(path, ADAPTER_DIR))
+        if self.syncs_reference:
+            os.makedirs(os.path.dirname(os.path.join(path, REFERENCE_WEIGHTS)), exist_ok=True)
+            save_file(self._reference_weights(), os.path.join(path, REFERENCE_WEIGHTS), metadata={"format": "pt"})
         AutoTokenizer.from_pretrained(self.spec.model).save_pretrained(path)
         rng = {
             "cpu": torch.get_rng_state(),
@@ -480,6 +511,8 @@ class FSDPEngine:
             self._load_adapter(os.path.join(path, ADAPTER_DIR))
         else:
             set_model_state_dict(self.model, load_file(os.path.join(path, "model.safetensors")), options=options)
+        if self.syncs_reference:  # every rank holds the whole reference
+            self.reference.load_state_dict(load_file(os.path.join(path, REFERENCE_WEIGHTS)), strict=False)
         extra = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
         set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=extra["optimizer"], options=options)
         self.version = extra["version"]
@@ -519,4 +552,8 @@ class FSDPEngine:
             for key, value in sorted(state.items()):
                 h.update(f"{name}.{key}".encode())
                 h.update(torch.as_tensor(value).detach().float().cpu().numpy().tobytes())
+        reference = self._reference_weights() if self.syncs_reference else {}
+        for name in sorted(reference):
+            h.update(f"reference.{name}".encode())
+            h.update(reference[name].numpy().tobytes())
         return h.hexdigest()

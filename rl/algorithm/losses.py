@@ -64,7 +64,9 @@ class LossSpec:
     sequence masking, DeepSeek-V3.2, arXiv 2512.02556; TRL's ``off_policy_mask_threshold``). ``agg``:
     how tokens become units (see ``policy_loss``); ``norm_len`` is the constant divisor of
     ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783). ``kl_coef`` / ``kl_estimator``: penalty on
-    KL(current || ref) with Schulman's k1/k2/k3 estimators. ``entropy_coef``: entropy bonus.
+    KL(current || ref) with Schulman's k1/k2/k3 estimators; ``kl_correction`` weights it by ``pi / pi_behav``, the
+    importance ratio of the sampling policy, which makes it an estimate of the current policy's KL (DeepSeek-V3.2,
+    arXiv 2512.02556; TRL's ``use_bias_correction_kl``). ``entropy_coef``: entropy bonus.
     ``correction`` / ``correction_cap``: behaviour correction, token or sequence level, truncated (tis) or masked
     outside ``[1/cap, cap]`` (mis). ``decoupled``: use ``proximal_logprobs`` as the clip anchor when given.
     """
@@ -76,6 +78,7 @@ class LossSpec:
     norm_len: int | None = None
     kl_coef: float = 0.0
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_correction: bool = False
     entropy_coef: float = 0.0
     correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "none"
     correction_cap: float = 2.0
@@ -182,6 +185,8 @@ def policy_loss(
     kl = None
     if ref_logprobs is not None:
         kl = _kl(spec.kl_estimator, logp, torch.where(m, ref_logprobs.detach(), 0.0).to(dtype))
+        if spec.kl_correction:  # gradient through the weight too: the gradient of the corrected estimate is KL's
+            kl = torch.exp(logp - behav) * kl
         if spec.kl_coef > 0:
             per_token = per_token + spec.kl_coef * kl
     ent = torch.where(m, entropy, 0.0).to(dtype) if entropy is not None else None

@@ -179,6 +179,12 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         scale_rewards=SCALE_REWARDS.get(a.advantage, "batch"),  # gdpo: TRL ignores it
         multi_objective_aggregation="normalize_then_sum" if a.advantage == "gdpo" else "sum_then_normalize",
         beta=a.kl_coef,
+        use_bias_correction_kl=a.kl_correction,
+        **(
+            dict(sync_ref_model=True, ref_model_sync_steps=a.ref_sync_every, ref_model_mixup_alpha=a.ref_sync_mix)
+            if a.ref_sync_every is not None
+            else {}
+        ),
         entropy_coef=a.entropy_coef,
         reward_weights=[f.weight for f in cfg.reward.functions],
         chat_template_kwargs=cfg.data.chat_template_kwargs or None,

@@ -52,6 +52,8 @@ REQUIRED = ("model.safetensors", "config.json", "trainer_state.pt", SHAPING_STAT
 ADAPTER_DIR = "adapter"  # with LoRA: the adapter as PEFT saves one, what a resume trains on (not beside the model:
 # vLLM loads every *.safetensors file beside config.json as the model's weights)
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+REFERENCE_WEIGHTS = "reference/model.safetensors"  # with algorithm.ref_sync_every: the KL reference, in a folder
+# of its own for the same reason
 # config keys a resume may change: how long to train, how often to save and evaluate, where and how wide things
 # run. Anything else (model, data, seed, batch, algorithm, shaping, ...) would break the run's continuity.
 RESUMABLE = (
