@@ -587,7 +587,22 @@ class AlgorithmConfig(Strict):
         description="the policy's share at each reference sync (TRL's ref_model_mixup_alpha); 1: the reference "
         "becomes the policy (ProRL's reference reset)",
     )
-    entropy_coef: float = Field(default=0.0, ge=0, description="entropy bonus weight")
+    entropy_coef: float = Field(
+        default=0.0, ge=0, description="entropy bonus weight (with entropy_target: its starting value)"
+    )
+    entropy_target: float | None = Field(
+        default=None,
+        gt=0,
+        description="adaptive entropy control (Skywork-OR1; TRL's use_adaptive_entropy, entropy_target): the bonus "
+        "applies only after a step whose mean token entropy (nats) was at most this, and after each step its weight "
+        "rises by entropy_coef_delta when the entropy was at most this, falls by it otherwise; None: a fixed weight",
+    )
+    entropy_coef_delta: float = Field(
+        default=0.005, gt=0, description="adaptive entropy control: the weight's change per step"
+    )
+    entropy_coef_max: float = Field(
+        default=1.0, gt=0, description="adaptive entropy control: the most the weight reaches (the least is 0)"
+    )
     dynamic_sampling: bool = Field(
         default=False,
         description="DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts instead",
@@ -1093,6 +1108,11 @@ TRL_NAMES = {
     "delta": "algorithm.dual_clip",
     "use_bias_correction_kl": "algorithm.kl_correction",
     "sync_ref_model": "algorithm.ref_sync_every (the steps between syncs)",
+    "use_adaptive_entropy": "algorithm.entropy_target (the adaptive control's target entropy)",
+    "entropy_coef_max": "algorithm.entropy_coef_max",
+    "entropy_coef_delta": "algorithm.entropy_coef_delta",
+    "num_generations_eval": "eval.samples",
+    "log_completions": "logging.completions_per_step (completions logged each step)",
     "ref_model_sync_steps": "algorithm.ref_sync_every",
     "ref_model_mixup_alpha": "algorithm.ref_sync_mix",
     "off_policy_mask_threshold": "algorithm.off_policy_mask",

@@ -169,6 +169,9 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_b
     args = grpo_arguments(load_config(recipe_path("arith_tiny"), synced), 0, 20, tmp_path, False)
     assert (args["sync_ref_model"], args["ref_model_sync_steps"], args["ref_model_mixup_alpha"]) == (True, 64, 0.9)
     assert "sync_ref_model" not in grpo_arguments(kl, 0, 20, tmp_path, False)  # TRL's default: off
+    adaptive = load_config(recipe_path("arith_tiny"), ["algorithm.entropy_coef=0.01", "algorithm.entropy_target=0.3"])
+    args = grpo_arguments(adaptive, 0, 20, tmp_path, False)
+    assert (args["use_adaptive_entropy"], args["entropy_target"], args["entropy_coef_delta"]) == (True, 0.3, 0.005)
     assert grpo_arguments(cfg, 0, 20, tmp_path, False)["multi_objective_aggregation"] == "sum_then_normalize"
     dual = load_config(recipe_path("arith_tiny"), ["algorithm.dual_clip=3", "algorithm.off_policy_mask=0.5"])
     args = grpo_arguments(dual, 0, 20, tmp_path, use_vllm=False)

@@ -26,6 +26,11 @@ from rl.inputs.inert_settings import inert_settings, warn_of_inert_settings
             ["algorithm.ref_sync_mix (only with algorithm.ref_sync_every)"],
         ),
         (["algorithm.kl_coef=0.01", "algorithm.kl_correction=true", "algorithm.ref_sync_every=8"], []),
+        (
+            ["algorithm.entropy_coef_delta=0.01", "algorithm.entropy_coef_max=0.5"],
+            ["algorithm.entropy_coef_delta, algorithm.entropy_coef_max (only with algorithm.entropy_target)"],
+        ),
+        (["algorithm.entropy_target=0.3", "algorithm.entropy_coef_delta=0.01"], []),
         (["algorithm.norm_len=100"], ["algorithm.norm_len (only with algorithm.agg=seq-mean-token-sum-norm)"]),
         (["algorithm.correction_cap=3"], ["algorithm.correction_cap (only with an algorithm.correction)"]),
         (["algorithm.sapo_tau_neg=2"], ["algorithm.sapo_tau_neg (only with algorithm.loss=sapo)"]),

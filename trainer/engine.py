@@ -41,6 +41,9 @@ class TrainerSpec:
     mask_truncated: bool = _default(AlgorithmConfig, "mask_truncated")
     ref_sync_every: int | None = _default(AlgorithmConfig, "ref_sync_every")  # steps between reference syncs
     ref_sync_mix: float = _default(AlgorithmConfig, "ref_sync_mix")
+    entropy_target: float | None = _default(AlgorithmConfig, "entropy_target")  # adaptive entropy control
+    entropy_coef_delta: float = _default(AlgorithmConfig, "entropy_coef_delta")
+    entropy_coef_max: float = _default(AlgorithmConfig, "entropy_coef_max")
     micro_batch_size: int = _default(TrainConfig, "micro_batch_size")
     micro_batch_tokens: int | None = _default(TrainConfig, "micro_batch_tokens")
     gradient_checkpointing: bool = _default(TrainConfig, "gradient_checkpointing")
@@ -86,6 +89,9 @@ class TrainerSpec:
             mask_truncated=a.mask_truncated,
             ref_sync_every=a.ref_sync_every,
             ref_sync_mix=a.ref_sync_mix,
+            entropy_target=a.entropy_target,
+            entropy_coef_delta=a.entropy_coef_delta,
+            entropy_coef_max=a.entropy_coef_max,
             micro_batch_size=t.micro_batch_size,
             micro_batch_tokens=t.micro_batch_tokens,
             gradient_checkpointing=t.gradient_checkpointing,

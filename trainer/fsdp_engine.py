@@ -15,6 +15,7 @@ gradient), and the calls that gather the full model (``full_weights``, ``save``,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -29,6 +30,7 @@ from rl.trainer.engine import TrainerSpec
 from rl.trainer.hooks import loss_hooks
 from rl.trainer.lr_schedule import lr_factor
 
+from rl.algorithm.entropy_control import EntropyControl
 from rl.algorithm.losses import MAX_STATS, empty_stats, finalize_stats, merge_stats, policy_loss
 from rl.algorithm.off_policy import ess_lr_scale
 from rl.config import LoraConfig
@@ -119,6 +121,11 @@ class FSDPEngine:
         self.sharded = False  # FSDP2 over the data-parallel ranks (``shard``)
         self.version = 0
         self.loss_hooks = loss_hooks()
+        self.entropy_control = (  # None: the entropy bonus's coefficient is spec.loss.entropy_coef throughout
+            EntropyControl(spec.loss.entropy_coef, spec.entropy_target, spec.entropy_coef_delta, spec.entropy_coef_max)
+            if spec.entropy_target is not None
+            else None
+        )
         self._waited = 0.0  # this step's seconds waiting for other ranks (``dp_wait_s``)
         self._reset_accumulation()
 
@@ -255,9 +262,12 @@ class FSDPEngine:
         t0 = time.monotonic()
         self.model.train()
         spec = self.spec.loss
+        if self.entropy_control is not None:  # this update's coefficient, the same on every micro-batch and rank
+            spec = dataclasses.replace(spec, entropy_coef=self.entropy_control.applied())
         idle = self._idle_count(len(batches))  # before any gather, so the collectives line up
         for i, batch in enumerate(batches):
-            logprobs, entropy = self._forward(self.model, batch, entropy=spec.entropy_coef > 0)
+            wants_entropy = spec.entropy_coef > 0 or self.entropy_control is not None
+            logprobs, entropy = self._forward(self.model, batch, entropy=wants_entropy)
             reference = None
             if self.reference is not None:
                 with torch.no_grad():
@@ -335,6 +345,11 @@ class FSDPEngine:
             for name, p in self.reference.named_parameters():
                 p.mul_(1.0 - mix).add_(policy[name].to(p.device, p.dtype), alpha=mix)
 
+    def _entropy_state(self) -> tuple[float, float] | None:
+        """The adaptive entropy controller's state (coefficient, last entropy), part of what a checkpoint holds."""
+        c = self.entropy_control
+        return None if c is None else (c.coef, c.last_entropy)
+
     @property
     def syncs_reference(self) -> bool:
         """The KL reference moves (``ref_sync_every``): it is then state, saved, loaded and digested."""
@@ -382,6 +397,8 @@ class FSDPEngine:
         if not nonfinite and units > 0:  # no loss term at all (every sample masked): nothing to step on
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=False)
+        if self.entropy_control is not None and not nonfinite and units > 0:
+            self.entropy_control.update(stats["entropy"])
         return Update(loss, grad_norm, nonfinite, totals, self._positions, self._real)
 
     def _metrics(self, updates: list[Update], seconds: float, epochs: int) -> dict[str, float]:
@@ -400,6 +417,7 @@ class FSDPEngine:
             "updates": float(len(updates)),
             "pad_fraction": 1.0 - sum(u.real for u in updates) / max(sum(u.positions for u in updates), 1),
             "dp_wait_s": self._waited,
+            **({"entropy_coef": self.entropy_control.coef} if self.entropy_control is not None else {}),
             **self._gpu_peak(),
         }
 
@@ -492,7 +510,8 @@ class FSDPEngine:
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         }
         torch.save(
-            {"optimizer": optimizer, "version": self.version, "rng": rng}, os.path.join(path, "trainer_state.pt")
+            {"optimizer": optimizer, "version": self.version, "rng": rng, "entropy_control": self._entropy_state()},
+            os.path.join(path, "trainer_state.pt"),
         )
         return path
 
@@ -516,6 +535,8 @@ class FSDPEngine:
         extra = torch.load(os.path.join(path, "trainer_state.pt"), weights_only=False)
         set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=extra["optimizer"], options=options)
         self.version = extra["version"]
+        if self.entropy_control is not None and extra.get("entropy_control"):
+            self.entropy_control.coef, self.entropy_control.last_entropy = extra["entropy_control"]
         torch.set_rng_state(extra["rng"]["cpu"])
         if extra["rng"]["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(extra["rng"]["cuda"])
@@ -552,6 +573,8 @@ class FSDPEngine:
             for key, value in sorted(state.items()):
                 h.update(f"{name}.{key}".encode())
                 h.update(torch.as_tensor(value).detach().float().cpu().numpy().tobytes())
+        if self.entropy_control is not None:  # only then: digests of runs without it stay as they were
+            h.update(repr(self._entropy_state()).encode())
         reference = self._reference_weights() if self.syncs_reference else {}
         for name in sorted(reference):
             h.update(f"reference.{name}".encode())

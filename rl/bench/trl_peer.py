@@ -186,6 +186,17 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
             else {}
         ),
         entropy_coef=a.entropy_coef,
+        **(
+            dict(
+                use_adaptive_entropy=True,
+                entropy_target=a.entropy_target,
+                entropy_coef_delta=a.entropy_coef_delta,
+                entropy_coef_max=a.entropy_coef_max,
+                entropy_coef_min=0.0,
+            )
+            if a.entropy_target is not None
+            else {}
+        ),
         reward_weights=[f.weight for f in cfg.reward.functions],
         chat_template_kwargs=cfg.data.chat_template_kwargs or None,
         model_init_kwargs={"dtype": cfg.model.dtype},

@@ -25,6 +25,7 @@ SART_KNOBS = ("alpha", "beta", "scorer")
 MODEL_SCORER_KNOBS = ("scorer_gpus",)  # scorer_model without a model scorer is refused by the config
 TOOL_KNOBS = ("max_tool_calls", "tool_timeout_s")
 SAPO_KNOBS = ("sapo_tau_pos", "sapo_tau_neg")  # SAPO's gate, which replaces the clip
+ENTROPY_CONTROL_KNOBS = ("entropy_coef_delta", "entropy_coef_max")  # adaptive entropy control's step and bound
 log = logging.getLogger("rl.config")
 
 
@@ -39,6 +40,7 @@ def inert_settings(cfg: RunConfig) -> list[str]:
         ("algorithm", a, "clip_high", a.loss == "sapo", "an algorithm.loss other than sapo"),
         *[("algorithm", a, k, a.loss != "sapo", "algorithm.loss=sapo") for k in SAPO_KNOBS],
         ("algorithm", a, "correction_cap", a.correction == "none", "an algorithm.correction"),
+        *[("algorithm", a, k, a.entropy_target is None, "algorithm.entropy_target") for k in ENTROPY_CONTROL_KNOBS],
         ("algorithm", a, "kl_estimator", a.kl_coef == 0, "algorithm.kl_coef above 0"),
         ("algorithm", a, "kl_correction", a.kl_coef == 0, "algorithm.kl_coef above 0"),
         ("algorithm", a, "ref_sync_every", a.kl_coef == 0, "algorithm.kl_coef above 0"),
