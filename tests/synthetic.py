@@ -30,3 +30,17 @@ def make_groups(n: int, seed: int = 0) -> list[Group]:
             )
         )
     return groups
+
+
+def trained_and_reloaded(spec, path, size: int = 2):
+    """A trainer built from ``spec`` that took two steps on synthetic groups of ``size`` and saved to ``path``, and a
+    fresh one loaded from there (at version 2): what the checkpoint tests compare."""
+    from rl.trainer.fsdp_engine import FSDPEngine
+
+    trained = FSDPEngine(spec)
+    for seed in range(2):
+        trained.train_step(make_groups(size, seed))
+    trained.save(str(path))
+    fresh = FSDPEngine(spec)
+    assert fresh.load(str(path)) == 2
+    return trained, fresh

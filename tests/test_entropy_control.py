@@ -9,7 +9,7 @@ import pytest
 import torch
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.fsdp_engine import FSDPEngine
-from synthetic import make_groups
+from synthetic import make_groups, trained_and_reloaded
 
 from rl.algorithm.entropy_control import EntropyControl
 from rl.algorithm.losses import LossSpec
@@ -67,13 +67,7 @@ def test_an_entropy_above_the_target_keeps_the_bonus_off(tiny_model_dir):
 
 
 def test_a_checkpoint_carries_the_controller(tiny_model_dir, tmp_path):
-    spec = _spec(tiny_model_dir, 100.0)
-    trained = FSDPEngine(spec)
-    for seed in range(2):
-        trained.train_step(make_groups(2, seed))
-    trained.save(str(tmp_path / "ckpt"))
-    fresh = FSDPEngine(spec)
-    assert fresh.load(str(tmp_path / "ckpt")) == 2
+    trained, fresh = trained_and_reloaded(_spec(tiny_model_dir, 100.0), tmp_path / "ckpt")
     assert fresh.entropy_control == trained.entropy_control
     assert fresh.state_digest() == trained.state_digest()
     fresh.entropy_control.coef += 0.001

@@ -7,7 +7,7 @@ import torch
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.fsdp_engine import FSDPEngine
 from small_runs import small_run
-from synthetic import make_groups
+from synthetic import make_groups, trained_and_reloaded
 from transformers import AutoModelForCausalLM
 
 from rl.config import LoraConfig
@@ -60,13 +60,7 @@ def test_a_lora_checkpoint_is_an_hf_model_and_a_peft_adapter(tiny_model_dir, tmp
 
 
 def test_a_lora_checkpoint_continues_exactly(tiny_model_dir, tmp_path):
-    spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, lora=LORA)
-    trained = FSDPEngine(spec)
-    for seed in range(2):
-        trained.train_step(make_groups(4, seed))
-    trained.save(str(tmp_path / "ckpt"))
-    fresh = FSDPEngine(spec)
-    assert fresh.load(str(tmp_path / "ckpt")) == 2
+    trained, fresh = trained_and_reloaded(TrainerSpec(model=tiny_model_dir, lr=1e-2, lora=LORA), tmp_path / "ckpt", 4)
     assert fresh.state_digest() == trained.state_digest()  # merged weights and the adapters' AdamW moments
     groups = make_groups(4, seed=7)
     trained.train_step(groups)

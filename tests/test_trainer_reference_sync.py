@@ -5,7 +5,7 @@ holds the moved reference (folder of its own, digested), so a resumed run contin
 import torch
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.fsdp_engine import FSDPEngine
-from synthetic import make_groups
+from synthetic import make_groups, trained_and_reloaded
 
 from rl.algorithm.losses import LossSpec
 from rl.loop.checkpoint import REFERENCE_WEIGHTS
@@ -47,16 +47,9 @@ def test_without_sync_the_reference_stays_the_initial_policy(tiny_model_dir):
 
 
 def test_a_checkpoint_holds_the_moved_reference_and_a_resume_continues_exactly(tiny_model_dir, tmp_path):
-    spec = _spec(tiny_model_dir, every=2)
-    trained = FSDPEngine(spec)
-    for seed in range(2):
-        trained.train_step(make_groups(2, seed))
-    trained.save(str(tmp_path / "ckpt"))
+    trained, fresh = trained_and_reloaded(_spec(tiny_model_dir, every=2), tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / REFERENCE_WEIGHTS).is_file()
     assert [p.name for p in (tmp_path / "ckpt").glob("*.safetensors")] == ["model.safetensors"]  # what vLLM loads
-
-    fresh = FSDPEngine(spec)
-    assert fresh.load(str(tmp_path / "ckpt")) == 2
     assert fresh.state_digest() == trained.state_digest()
     pairs = zip(fresh.reference.parameters(), trained.reference.parameters(), strict=True)
     assert all(torch.equal(a, b) for a, b in pairs)
