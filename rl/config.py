@@ -493,11 +493,12 @@ class AlgorithmConfig(Strict):
         description="advantage estimator; gdpo normalizes each reward function within its group before the "
         "weighted sum (TRL's multi_objective_aggregation=normalize_then_sum); docs/algorithms.md",
     )
-    loss: Literal["ppo", "gspo", "cispo", "sapo"] = Field(
+    loss: Literal["ppo", "gspo", "cispo", "sapo", "vespo"] = Field(
         default="ppo",
         description="ppo: token-level clipped ratio; gspo: sequence-level ratio; cispo: the token ratio, capped at 1"
         " + clip_high, as a detached weight on A * log pi (MiniMax-M1), so capped tokens still learn; sapo: no clip,"
-        " a soft gate on the token ratio (Qwen's SAPO; its temperatures sapo_tau_pos / sapo_tau_neg)",
+        " a soft gate on the token ratio (Qwen's SAPO; its temperatures sapo_tau_pos / sapo_tau_neg); vespo: no clip,"
+        " a gamma-shaped weight of the whole sequence's ratio on A * log pi (VESPO; vespo_k_* / vespo_lambda_*)",
     )
     clip_low: float = Field(
         default=0.2,
@@ -530,6 +531,20 @@ class AlgorithmConfig(Strict):
         gt=0,
         description="SAPO: the gate's temperature for other advantages (TRL's sapo_temperature_neg)",
     )
+    vespo_k_pos: float = Field(
+        default=2.0,
+        gt=0,
+        description="VESPO, advantages of at least 0: the power of the sequence ratio w in the weight "
+        "e^lam w^k e^(-lam w); higher fades sequences with w < 1 sooner (TRL's vespo_k_pos)",
+    )
+    vespo_lambda_pos: float = Field(
+        default=3.0,
+        gt=0,
+        description="VESPO, advantages of at least 0: the weight's decay; higher fades w > 1 sooner (TRL's "
+        "vespo_lambda_pos)",
+    )
+    vespo_k_neg: float = Field(default=3.0, gt=0, description="VESPO, negative advantages: as vespo_k_pos")
+    vespo_lambda_neg: float = Field(default=2.0, gt=0, description="VESPO, negative advantages: as vespo_lambda_pos")
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
         default="token-mean",
         description="how token losses are averaged: over all tokens, per sequence then over sequences, or per "
@@ -1119,11 +1134,15 @@ TRL_NAMES = {
     "sequence_mask is mis-seq)",
     "vllm_importance_sampling_cap": "algorithm.correction_cap",
     "loss_type": "algorithm.agg (and algorithm.advantage=drgrpo for dr_grpo; cispo and sapo: algorithm.loss, "
-    "cispo's cap epsilon_high being 1 + algorithm.clip_high)",
+    "cispo's cap epsilon_high being 1 + algorithm.clip_high; vespo: algorithm.loss)",
     "importance_sampling_level": "algorithm.loss (gspo: sequence level)",
     "mask_truncated_completions": "algorithm.mask_truncated",
     "sapo_temperature_pos": "algorithm.sapo_tau_pos",
     "sapo_temperature_neg": "algorithm.sapo_tau_neg",
+    "vespo_k_pos": "algorithm.vespo_k_pos",
+    "vespo_lambda_pos": "algorithm.vespo_lambda_pos",
+    "vespo_k_neg": "algorithm.vespo_k_neg",
+    "vespo_lambda_neg": "algorithm.vespo_lambda_neg",
     "scale_rewards": "algorithm.advantage (group: grpo, batch: grpo-batch, none: drgrpo)",
     "multi_objective_aggregation": "algorithm.advantage (normalize_then_sum: gdpo)",
     "reward_weights": "reward.functions.N.weight",

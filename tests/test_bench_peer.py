@@ -159,6 +159,13 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_b
     cispo = load_config(recipe_path("arith_tiny"), ["algorithm.loss=cispo", "algorithm.clip_high=4"])
     args = grpo_arguments(cispo, seed=0, steps=20, out_dir=tmp_path, use_vllm=False)
     assert (args["loss_type"], args["epsilon_high"]) == ("cispo", 5.0)  # TRL caps the ratio at epsilon_high itself
+    vespo = load_config(recipe_path("arith_tiny"), ["algorithm.loss=vespo", "algorithm.vespo_k_neg=4"])
+    args = grpo_arguments(vespo, seed=0, steps=20, out_dir=tmp_path, use_vllm=False)
+    assert (args["loss_type"], args["vespo_k_neg"], args["vllm_importance_sampling_mode"]) == (
+        "vespo",
+        4,
+        "token_truncate",
+    )
     scale_rl = load_config(recipe_path("arith_tiny"), ["algorithm.loss=cispo", "algorithm.advantage=grpo-batch"])
     assert grpo_arguments(scale_rl, 0, 20, tmp_path, use_vllm=False)["scale_rewards"] == "batch"
     gdpo = grpo_arguments(load_config(recipe_path("arith_tiny"), ["algorithm.advantage=gdpo"]), 0, 20, tmp_path, False)

@@ -36,7 +36,7 @@ from rl.inputs.inert_settings import inert_settings, warn_of_inert_settings
         (["algorithm.sapo_tau_neg=2"], ["algorithm.sapo_tau_neg (only with algorithm.loss=sapo)"]),
         (
             ["algorithm.loss=sapo", "algorithm.clip_high=0.3", "algorithm.sapo_tau_neg=2"],
-            ["algorithm.clip_high (only with an algorithm.loss other than sapo)"],
+            ["algorithm.clip_high (only with algorithm.loss=ppo, gspo or cispo)"],
         ),
         (
             ["algorithm.loss=cispo", "algorithm.clip_low=0.1", "algorithm.clip_high=4", "algorithm.dual_clip=3"],

@@ -133,7 +133,7 @@ def test_all_empty_batch_is_zero_without_nan():
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
-@pytest.mark.parametrize("kind", ["ppo", "gspo", "cispo", "sapo"])
+@pytest.mark.parametrize("kind", ["ppo", "gspo", "cispo", "sapo", "vespo"])
 def test_two_half_batches_summed_equal_one_full_call(agg, kind):
     g = torch.Generator().manual_seed(0)
     b, t = 4, 5
@@ -233,7 +233,7 @@ def test_cispo_capped_tokens_keep_a_gradient_and_nothing_is_raised():
     assert out.stats["ratio_sum"] == pytest.approx(1.5 + 1.0 + 0.5 + 1.5 + 1.0 + 0.7)
 
 
-@pytest.mark.parametrize("kind", ["gspo", "cispo", "sapo"])
+@pytest.mark.parametrize("kind", ["gspo", "cispo", "sapo", "vespo"])
 def test_on_policy_every_kind_gives_the_policy_gradient(kind):
     """At r = 1 every loss's gradient is PPO's, -A * grad log pi per token: the on-policy policy gradient."""
     g = torch.Generator().manual_seed(3)
@@ -272,6 +272,27 @@ def test_sapo_soft_gate_value_and_gradient_hand_computed():
     # PPO gives the A>0 token at r = 1.5 no gradient (clipped); SAPO a damped one, and the tokens at r = 1 a full one
     assert 0 < -grads[0][0] < 1.5 and grads[0][1] == pytest.approx(-1.0)
     assert out.stats["clipped_tokens"] == 0.0
+
+
+def test_vespo_weighs_each_sequence_by_a_gamma_of_its_whole_ratio_hand_computed():
+    """Per token -phi(w) * A * log pi, phi detached: d/dlogp = -phi(w) * A. Sequence 0 (A = 1, k 2, lam 3): token
+    ratios 1.5 and 1.2 give w = 1.8, phi = e^3 1.8^2 e^-5.4; sequence 1 (A = -1, k 3, lam 2): w = 0.5 * 1.0, phi =
+    e^2 0.5^3 e^-1; a masked token counts in neither."""
+    logp = _leaf([[L(1.5), L(1.2), 0.0], [L(0.5), 0.0, 9.0]])
+    mask = _t([[1, 1, 0], [1, 1, 0]])
+    out = policy_loss(logp, torch.zeros(2, 3), _t([1.0, -1.0]), mask, LossSpec(kind="vespo"))
+    out.loss.backward()
+    phi = [math.exp(3) * 1.8**2 * math.exp(-3 * 1.8), math.exp(2) * 0.5**3 * math.exp(-2 * 0.5)]
+    value = -phi[0] * (L(1.5) + L(1.2)) + phi[1] * L(0.5)
+    assert out.loss.item() == pytest.approx(value)
+    assert logp.grad.tolist() == [pytest.approx([-phi[0], -phi[0], 0.0]), pytest.approx([phi[1], phi[1], 0.0])]
+    assert phi[0] < 1 and phi[1] < 1  # both sequences off-policy: damped, never cut off
+    assert out.stats["clipped_tokens"] == 0.0
+
+
+def test_vespo_needs_positive_shape_parameters():
+    with pytest.raises(ValueError, match="VESPO's k and lambda"):
+        LossSpec(kind="vespo", vespo_lambda_neg=0.0)
 
 
 def test_sapo_needs_positive_temperatures():

@@ -44,7 +44,7 @@ def test_positive_advantage_raises_and_negative_lowers_logprob(case):
     assert logprob(case, case.bad) < before_bad
 
 
-@pytest.mark.parametrize("kind", ["gspo", "cispo", "sapo"])
+@pytest.mark.parametrize("kind", ["gspo", "cispo", "sapo", "vespo"])
 def test_every_loss_kind_raises_the_rewarded_sample_and_lowers_the_other(tiny_model_dir, case, kind):
     trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-4, loss=LossSpec(kind=kind)))
     before_good, before_bad = (sum(trainer.sequence_logprobs(case.prompt, t)) for t in (case.good, case.bad))

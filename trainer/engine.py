@@ -75,6 +75,10 @@ class TrainerSpec:
             off_policy_mask=a.off_policy_mask,
             sapo_tau_pos=a.sapo_tau_pos,
             sapo_tau_neg=a.sapo_tau_neg,
+            vespo_k_pos=a.vespo_k_pos,
+            vespo_lambda_pos=a.vespo_lambda_pos,
+            vespo_k_neg=a.vespo_k_neg,
+            vespo_lambda_neg=a.vespo_lambda_neg,
         )
         return cls(
             model=model_dir,

@@ -16,6 +16,7 @@ Rows without masked tokens contribute nothing, neither to the sum nor to ``units
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,7 +57,10 @@ class LossSpec:
     in the paper: a weight raised to ``1 - clip_low`` would keep pushing down a token already made unlikely);
     ``sapo`` (Gao et al. 2025, arXiv 2511.20347: no clip; the token ratio passes a soft gate
     ``sigmoid(tau * (r - 1)) * 4 / tau`` whose slope, 1 at ``r = 1``, fades as ``r`` moves away; ``sapo_tau_pos`` /
-    ``sapo_tau_neg`` for positive and other advantages). ``clip_low`` / ``clip_high``: asymmetric clip range
+    ``sapo_tau_neg`` for positive and other advantages); ``vespo`` (arXiv 2602.10693: no clip; each sequence's
+    ``A * log pi`` weighed by a detached ``phi(w) = e^lam * w^k * e^(-lam w)`` of its whole-sequence ratio ``w``, 1 at
+    ``w = 1`` and fading as ``w`` leaves it; ``vespo_k_pos`` / ``vespo_lambda_pos`` for advantages of at least 0,
+    ``vespo_k_neg`` / ``vespo_lambda_neg`` for the others). ``clip_low`` / ``clip_high``: asymmetric clip range
     ``[1 - low, 1 + high]`` (clip-higher, DAPO arXiv 2503.14476). ``dual_clip`` (``ppo`` and ``gspo``): a token
     with a negative advantage loses at most ``dual_clip * |A|``, so a ratio far above 1 cannot blow its loss up
     (dual-clip PPO, Ye et al. 2020, arXiv 1912.09729; verl's ``clip_ratio_c``, TRL's ``delta``). ``off_policy_mask``:
@@ -71,7 +75,7 @@ class LossSpec:
     outside ``[1/cap, cap]`` (mis). ``decoupled``: use ``proximal_logprobs`` as the clip anchor when given.
     """
 
-    kind: Literal["ppo", "gspo", "cispo", "sapo"] = "ppo"
+    kind: Literal["ppo", "gspo", "cispo", "sapo", "vespo"] = "ppo"
     clip_low: float = 0.2
     clip_high: float = 0.28
     agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
@@ -87,9 +91,13 @@ class LossSpec:
     off_policy_mask: float | None = None
     sapo_tau_pos: float = 1.0
     sapo_tau_neg: float = 1.05
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
 
     def __post_init__(self) -> None:
-        _one_of("kind", self.kind, ("ppo", "gspo", "cispo", "sapo"))
+        _one_of("kind", self.kind, ("ppo", "gspo", "cispo", "sapo", "vespo"))
         _one_of("agg", self.agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"))
         _one_of("kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
         _one_of("correction", self.correction, ("none", "tis-token", "tis-seq", "mis-token", "mis-seq"))
@@ -105,6 +113,8 @@ class LossSpec:
             raise ValueError(f"dual_clip must be above 1, got {self.dual_clip}")
         if self.sapo_tau_pos <= 0 or self.sapo_tau_neg <= 0:
             raise ValueError(f"SAPO's temperatures must be > 0, got {self.sapo_tau_pos}, {self.sapo_tau_neg}")
+        if min(self.vespo_k_pos, self.vespo_k_neg, self.vespo_lambda_pos, self.vespo_lambda_neg) <= 0:
+            raise ValueError("VESPO's k and lambda must be > 0")
 
 
 @dataclass
@@ -169,6 +179,9 @@ def policy_loss(
     elif spec.kind == "sapo":  # a soft trust region: nothing is clipped
         tau = torch.where(adv > 0, adv.new_tensor(spec.sapo_tau_pos), adv.new_tensor(spec.sapo_tau_neg))
         surrogate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau) * adv
+        was_clipped = torch.zeros_like(m)
+    elif spec.kind == "vespo":  # a detached weight of the whole sequence's ratio: every token keeps a gradient
+        surrogate = _vespo_weight(spec, log_ratio.detach(), adv, m) * adv * logp
         was_clipped = torch.zeros_like(m)
     else:  # the pessimistic bound: a token whose clipped side is the minimum has no gradient
         unclipped = ratio * adv
@@ -301,6 +314,16 @@ def _off_policy_masked(
         return torch.zeros_like(n_tok, dtype=torch.bool)
     seq_kl = torch.where(m, behav - logp.detach(), 0.0).sum(-1) / n_tok.clamp(min=1)
     return (advantages.detach() < 0) & (seq_kl > spec.off_policy_mask) & (n_tok > 0)
+
+
+def _vespo_weight(spec: LossSpec, log_ratio: torch.Tensor, adv: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``phi(w) = exp(lam + k log w - lam w)`` per sequence (``[B, 1]``), ``w`` the product of its tokens' ratios
+    (log-ratios clamped to +-20, ``log w`` to [log 1e-8, 20] as the paper's code does); 0 where it overflows."""
+    log_w = torch.where(m, log_ratio.clamp(-20.0, 20.0), 0.0).sum(-1, keepdim=True).clamp(math.log(1e-8), 20.0)
+    positive = adv >= 0
+    k = torch.where(positive, adv.new_tensor(spec.vespo_k_pos), adv.new_tensor(spec.vespo_k_neg))
+    lam = torch.where(positive, adv.new_tensor(spec.vespo_lambda_pos), adv.new_tensor(spec.vespo_lambda_neg))
+    return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _kl(estimator: str, logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:

@@ -131,8 +131,8 @@ def unsupported(cfg: RunConfig) -> list[str]:
     a, t = cfg.algorithm, cfg.train
     checks = {
         f"algorithm.advantage={a.advantage}": a.advantage not in (*SCALE_REWARDS, "gdpo"),
-        f"algorithm.loss={a.loss}": a.loss not in ("ppo", "cispo"),
-        f"algorithm.loss=cispo with algorithm.agg={a.agg}": a.loss == "cispo" and a.agg != "token-mean",
+        f"algorithm.loss={a.loss}": a.loss not in ("ppo", "cispo", "vespo"),
+        f"algorithm.loss={a.loss} with algorithm.agg={a.agg}": a.loss in ("cispo", "vespo") and a.agg != "token-mean",
         "algorithm.decoupled=true": a.decoupled,
         "algorithm.dynamic_sampling=true": a.dynamic_sampling,
         "algorithm.ess_lr_scaling=true": a.ess_lr_scaling,
@@ -172,7 +172,12 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         max_grad_norm=t.grad_clip,
         epsilon=a.clip_low,
         epsilon_high=1.0 + a.clip_high if a.loss == "cispo" else a.clip_high,  # TRL's CISPO cap is epsilon_high
-        loss_type="cispo" if a.loss == "cispo" else LOSS_TYPES[a.agg],  # TRL's cispo: token-mean over the batch
+        loss_type=a.loss if a.loss in ("cispo", "vespo") else LOSS_TYPES[a.agg],  # these: token-mean over the batch
+        vespo_k_pos=a.vespo_k_pos,
+        vespo_lambda_pos=a.vespo_lambda_pos,
+        vespo_k_neg=a.vespo_k_neg,
+        vespo_lambda_neg=a.vespo_lambda_neg,
+        **({"vllm_importance_sampling_mode": "token_truncate"} if a.loss == "vespo" else {}),  # TRL needs a token mode
         delta=a.dual_clip,
         off_policy_mask_threshold=a.off_policy_mask,
         mask_truncated_completions=a.mask_truncated,

@@ -25,6 +25,7 @@ SART_KNOBS = ("alpha", "beta", "scorer")
 MODEL_SCORER_KNOBS = ("scorer_gpus",)  # scorer_model without a model scorer is refused by the config
 TOOL_KNOBS = ("max_tool_calls", "tool_timeout_s")
 SAPO_KNOBS = ("sapo_tau_pos", "sapo_tau_neg")  # SAPO's gate, which replaces the clip
+VESPO_KNOBS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")  # VESPO's sequence weight
 ENTROPY_CONTROL_KNOBS = ("entropy_coef_delta", "entropy_coef_max")  # adaptive entropy control's step and bound
 log = logging.getLogger("rl.config")
 
@@ -35,10 +36,11 @@ def inert_settings(cfg: RunConfig) -> list[str]:
     a, s, r, ro = cfg.algorithm, cfg.shaping, cfg.reward, cfg.rollout
     rules: list[tuple[str, BaseModel, str, bool, str]] = [
         ("algorithm", a, "norm_len", a.agg != "seq-mean-token-sum-norm", "algorithm.agg=seq-mean-token-sum-norm"),
-        ("algorithm", a, "clip_low", a.loss in ("cispo", "sapo"), "algorithm.loss=ppo or gspo"),
-        ("algorithm", a, "dual_clip", a.loss in ("cispo", "sapo"), "algorithm.loss=ppo or gspo"),
-        ("algorithm", a, "clip_high", a.loss == "sapo", "an algorithm.loss other than sapo"),
+        ("algorithm", a, "clip_low", a.loss in ("cispo", "sapo", "vespo"), "algorithm.loss=ppo or gspo"),
+        ("algorithm", a, "dual_clip", a.loss in ("cispo", "sapo", "vespo"), "algorithm.loss=ppo or gspo"),
+        ("algorithm", a, "clip_high", a.loss in ("sapo", "vespo"), "algorithm.loss=ppo, gspo or cispo"),
         *[("algorithm", a, k, a.loss != "sapo", "algorithm.loss=sapo") for k in SAPO_KNOBS],
+        *[("algorithm", a, k, a.loss != "vespo", "algorithm.loss=vespo") for k in VESPO_KNOBS],
         ("algorithm", a, "correction_cap", a.correction == "none", "an algorithm.correction"),
         *[("algorithm", a, k, a.entropy_target is None, "algorithm.entropy_target") for k in ENTROPY_CONTROL_KNOBS],
         ("algorithm", a, "kl_estimator", a.kl_coef == 0, "algorithm.kl_coef above 0"),
