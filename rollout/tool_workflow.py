@@ -18,6 +18,7 @@ sampled id before it.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,7 @@ from rl.rollout.tools import ToolBox, environment_tools, load_environment, load_
 from rl.rollout.workflow import Episode, EpisodeTrace
 
 from rl.config import RunConfig
+from rl.rewards.environment import EnvironmentReward
 from rl.types import PromptRow, Sample
 
 
@@ -86,7 +88,8 @@ class ToolWorkflow:
             text=self.format.decode(trace.ids),
             loss_mask=trace.mask,
         )
-        return Episode(prompt, sample, turns=trace.turns, tools=box.stats, environment=snapshot(env), messages=said)
+        view = await ended(env, self.timeout_s)
+        return Episode(prompt, sample, turns=trace.turns, tools=box.stats, environment=view, messages=said)
 
     def prompt(self, row: PromptRow) -> list[int]:
         """The ids an episode of ``row`` starts from, the tools' schemas included (an environment is reset first)."""
@@ -142,10 +145,30 @@ def reset_arguments(row: PromptRow) -> dict[str, Any]:
     return {**row.columns, "answer": row.answer, "prompt": row.prompt}
 
 
-def snapshot(env: Any) -> SimpleNamespace | None:
+def snapshot(env: Any, reward: EnvironmentReward | None = None) -> SimpleNamespace | None:
     """What rewards get of an environment: its attributes after the episode, as a plain namespace (it crosses
-    processes; the user's class may not import there)."""
-    return None if env is None else SimpleNamespace(**vars(env))
+    processes; the user's class may not import there), with ``reward`` as its ``get_reward`` where given."""
+    if env is None:
+        return None
+    view = SimpleNamespace(**vars(env))
+    if reward is not None:
+        view.get_reward = reward
+    return view
+
+
+async def ended(env: Any, timeout_s: float) -> SimpleNamespace | None:
+    """``snapshot`` of an episode's environment once the episode is over, its ``get_reward()`` called now, on the
+    live instance, where its class defines one (an async one awaited, for at most ``timeout_s``)."""
+    if env is None or not callable(getattr(env, "get_reward", None)):
+        return snapshot(env)
+    try:
+        value = env.get_reward()
+        if inspect.isawaitable(value):
+            value = await asyncio.wait_for(value, timeout_s)
+        reward = EnvironmentReward(value=None if value is None else float(value))
+    except Exception as e:  # the reward call fails for this sample alone (``environment_reward``)
+        reward = EnvironmentReward(error=f"get_reward: {type(e).__name__}: {e}")
+    return snapshot(env, reward)
 
 
 def _messages(prompt: str | Messages) -> Messages:

@@ -233,3 +233,40 @@ def test_held_out_evaluation_runs_episodes_with_tools(rollout_worker, tokenizer,
         pool.close()
     assert [len(r.correct) for r in records] == [2] * 4 and any(c for r in records for c in r.correct)
     assert all(0 < n < 80 for r in records for n in r.lengths)
+
+
+class Tally:
+    """An environment that owns its reward (TRL's ``get_reward``): the calls its episode made, async."""
+
+    def reset(self, **row) -> None:
+        self.calls = 0
+
+    def count(self, text: str) -> str:
+        """Count this call.
+
+        Args:
+            text: any text
+        """
+        self.calls += 1
+        return str(self.calls)
+
+    async def get_reward(self) -> float:
+        await asyncio.sleep(0)
+        return float(self.calls)
+
+
+def test_an_environment_owned_reward_scores_each_episode_from_its_live_state(rollout_worker, tokenizer):
+    """``get_reward()`` runs on each episode's live instance in the rollout worker as the episode ends; the reward
+    workers' built-in ``environment`` reads it from the snapshot, one value per episode."""
+    from rl.rollout.workflow import environments
+
+    from rl.rewards.pool import RewardPool
+
+    workflow = ToolWorkflow(EveryTurnCalls(tokenizer, ["count"]), [], Tally, max_tool_calls=2, timeout_s=5.0)
+    plain = PlainController(GroupPlan("t", 4, 4))
+    _, _, group = ray.get(rollout_worker.generate_episodes.remote("env-reward", ROW, SamplingSpec(80), workflow, plain))
+    calls = [float(e.tools.calls) for e in group]
+    assert [e.environment.calls for e in group] == calls and any(calls)
+    with RewardPool([("environment", 1.0)], 1) as pool:  # a worker process: the snapshot crosses to it
+        scored = pool.score_sync(["3+1="] * len(group), [e.sample.text for e in group], environments(group))
+    assert scored.rewards == calls and sum(scored.failures.values()) == 0

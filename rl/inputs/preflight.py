@@ -24,6 +24,7 @@ from rl.data.source import dataset_rows, train_and_held_out
 from rl.inputs import hub
 from rl.inputs.prompting import PromptEncoder
 from rl.models import BUILTIN_MODELS, BUILTIN_PREFIX, resolve_model
+from rl.rewards.environment import EnvironmentReward
 from rl.rewards.hooks import CallLog, RewardState
 from rl.rewards.loading import load_reward_fn, overlong_lengths
 from rl.rewards.pool import RESERVED_KEYWORDS, TRL_HOOKS, call_reward, reward_values
@@ -88,7 +89,8 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
             f"after training; {fix}"
         )
     values = check_rewards(cfg, functions, train, encoder, extra_columns)
-    if say and len(values) == len(cfg.reward.functions) and all(v is None for v in values):
+    owned = any(f.fn == "environment" for f in cfg.reward.functions)  # scores episodes only: None before one
+    if say and len(values) == len(cfg.reward.functions) and all(v is None for v in values) and not owned:
         print(
             f"warning: every reward function returned None for row {train[0].prompt_id} (its answer as the "
             f"completion), so the run would train on zero rewards; return a float for every sample (0.0 for a wrong "
@@ -460,6 +462,7 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
 
     settings = ToolSettings.of(cfg)
     if settings is None:
+        _check_environment_reward(cfg, None)
         return {}
     if not all(isinstance(r.prompt, list) for r in rows):
         raise BadInput(
@@ -479,6 +482,7 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
         except ValueError as e:
             raise BadInput(f"rollout.environment: {e}") from None
         tools += environment_tools(environments[0])
+    _check_environment_reward(cfg, environments[0] if environments else None)
     names = [t.__name__ for t in tools]
     if len(set(names)) < len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
@@ -507,7 +511,24 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
         raise BadInput(
             f"rollout.environment: reset(**row) failed on row {row.prompt_id}: {type(e).__name__}: {e}"
         ) from None
-    return {"environments": [snapshot(environments[0])]}
+    owned = EnvironmentReward() if callable(getattr(environments[0], "get_reward", None)) else None
+    return {"environments": [snapshot(environments[0], owned)]}  # no episode yet: nothing for get_reward to score
+
+
+def _check_environment_reward(cfg: RunConfig, env: Any) -> None:
+    """The built-in reward ``environment`` needs an environment whose class defines ``get_reward``; such an
+    environment without it is said in one warning (a reward function of the user's may call it instead)."""
+    reads = "environment" in [f.fn for f in cfg.reward.functions]
+    owns = env is not None and callable(getattr(env, "get_reward", None))
+    if reads and not owns:
+        what = "there is no rollout.environment" if env is None else f"{type(env).__name__} defines no get_reward()"
+        raise BadInput(f"reward 'environment' is rollout.environment's get_reward(), but {what}; drop it or add one")
+    if owns and not reads:
+        log.warning(
+            "rollout.environment %s defines get_reward(), which no reward reads unless one of yours calls it: add "
+            "{fn: environment} to reward.functions to train on it (TRL adds it with weight 1)",
+            type(env).__name__,
+        )
 
 
 def fitting_rows(rows: list[PromptRow], encoder: PromptEncoder, rollout: RolloutConfig, what: str) -> list[PromptRow]:

@@ -19,6 +19,7 @@ BUILTINS: dict[str, str] = {
     "format": "rl.rewards.math:format_reward",
     "arith_exact": "rl.rewards.math:arith_exact",
     "arith_steps": "rl.rewards.math:arith_steps",
+    "environment": "rl.rewards.environment:environment_reward",  # rollout.environment's get_reward()
 }
 _OVERLONG = re.compile(r"overlong\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 

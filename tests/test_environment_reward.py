@@ -1,0 +1,100 @@
+"""TRL's environment-owned reward (an environment class with ``get_reward``): called on the live instance when the
+episode ends (sync or async, its error kept), carried by the snapshot, read by the built-in reward ``environment``;
+preflight refuses that reward without such an environment and warns of such an environment without it."""
+
+import asyncio
+import logging
+import math
+
+import pytest
+from rl.rollout.tool_workflow import ended
+from test_tool_preflight import _config
+
+from rl.inputs.preflight import BadInput, preflight
+from rl.rewards.environment import environment_reward
+
+
+class Plain:
+    def __init__(self) -> None:
+        self.total = 3
+
+
+class Sync(Plain):
+    def get_reward(self) -> float:
+        return self.total * 2.0
+
+
+class Async(Plain):
+    async def get_reward(self) -> float:
+        return self.total + 0.5
+
+
+class Broken(Plain):
+    def get_reward(self) -> float:
+        raise KeyError("score")
+
+
+class Slow(Plain):
+    async def get_reward(self) -> float:
+        await asyncio.sleep(10)
+        return 1.0
+
+
+def test_get_reward_is_called_as_the_episode_ends_and_read_from_the_snapshot():
+    views = [asyncio.run(ended(cls(), timeout_s=0.2)) for cls in (Sync, Async, Broken, Slow, Plain)]
+    assert [v.total for v in views] == [3] * 5  # the attributes, as before
+    values = environment_reward([*views, None])
+    assert values[:2] == [6.0, 3.5] and values[4:] == [None, None]  # no get_reward, no environment: not scored
+    assert math.isnan(values[2]) and math.isnan(values[3])  # raised, timed out: that sample's counted failure
+    with pytest.raises(RuntimeError, match="get_reward: KeyError: 'score'"):
+        views[2].get_reward()
+    with pytest.raises(RuntimeError, match="get_reward: TimeoutError"):
+        views[3].get_reward()
+
+
+OWNER = '''
+class Owner:
+    def reset(self, **row):
+        self.total = int(row["answer"])
+
+    def double(self) -> int:
+        """Double the running total."""
+        self.total *= 2
+        return self.total
+
+    def get_reward(self) -> float:
+        return float(self.total)
+'''
+
+
+@pytest.mark.parametrize(
+    "environment, message",
+    [
+        (
+            "null",
+            r"^reward 'environment' is rollout\.environment's get_reward\(\), but there is no rollout\.environment",
+        ),
+        ("{tools}:Counter", r"^reward 'environment' .*, but Counter defines no get_reward\(\); drop it or add one$"),
+    ],
+    ids=["no-environment", "no-get-reward"],
+)
+def test_the_environment_reward_without_an_owning_environment_is_refused(tmp_path, environment, message):
+    tools = tmp_path / "tools.py"
+    overrides = [
+        f"rollout.environment={environment.replace('{tools}', str(tools))}",
+        "reward.functions=[{fn: environment}]",
+    ]
+    with pytest.raises(BadInput, match=message):
+        preflight(_config(tmp_path, *overrides))
+
+
+def test_an_owning_environment_trains_on_its_reward_or_is_said_to_be_unread(tmp_path, caplog):
+    (tmp_path / "owner.py").write_text(OWNER)
+    owner = f"rollout.environment={tmp_path / 'owner.py'}:Owner"
+    with caplog.at_level(logging.WARNING, logger="rl.preflight"):
+        preflight(_config(tmp_path, owner))  # the recipe's env_reward reads .total; get_reward goes unread
+    assert "Owner defines get_reward(), which no reward reads" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rl.preflight"):
+        inputs = preflight(_config(tmp_path, owner, "reward.functions=[{fn: environment}]"))
+    assert "get_reward" not in caplog.text and inputs.train_rows
