@@ -207,10 +207,12 @@ class RolloutConfig(Strict):
         description="tool functions the model may call, TRL style ('file.py:fn' or 'module:fn', plain or async, "
         "documented); episodes become multi-turn, max_tokens is each episode's budget",
     )
-    environment: str | None = Field(
+    environment: str | dict[str, str] | None = Field(
         default=None,
         description="TRL-style environment class or factory ('file.py:Cls'): one instance per episode, "
-        "reset(**row) first, its public methods are tools; rewards get their attributes as `environments`",
+        "reset(**row) first, its public methods are tools; rewards get their attributes as `environments`. Or "
+        "several by name ({name: 'file.py:Cls'}), each row picking one by its `environment` column (TRL's dict of "
+        "factories)",
     )
     max_tool_calls: int = Field(default=8, ge=0, description="tool calls per episode; a turn past it ends the episode")
     tool_timeout_s: float = Field(

@@ -34,6 +34,9 @@ from rl.config import RunConfig
 from rl.rewards.environment import EnvironmentReward
 from rl.types import PromptRow, Sample
 
+ENVIRONMENT_COLUMN = "environment"  # with named environments, the row's pick (TRL's control field; not given to reset)
+Environments = dict[str | None, Callable[[], Any]]  # factories by name; the key None: one for every row
+
 
 class ToolWorkflow:
     """Episodes that call ``tools`` and, with ``environment``, the methods of a fresh instance of it (``reset(**row)``
@@ -44,13 +47,15 @@ class ToolWorkflow:
         self,
         format: ToolFormat,
         tools: list[Callable[..., Any]],
-        environment: Callable[[], Any] | None,
+        environment: Callable[[], Any] | Environments | None,
         max_tool_calls: int,
         timeout_s: float,
     ) -> None:
         self.format = format
         self.tools = tools
-        self.environment = environment
+        self.environments: Environments = (  # one factory for every row (key None), or named ones a row picks
+            environment if isinstance(environment, dict) else {None: environment} if environment is not None else {}
+        )
         self.max_tool_calls = max_tool_calls
         self.timeout_s = timeout_s
 
@@ -97,10 +102,11 @@ class ToolWorkflow:
 
     def _start(self, row: PromptRow) -> tuple[Any, ToolBox, list[int]]:
         """The episode's environment (a new instance, reset with ``row``; None without one), tools and prompt ids."""
-        env = self.environment() if self.environment is not None else None
+        name = environment_name(self.environments, row)
+        env = self.environments[name]() if self.environments else None
         messages = _messages(row.prompt)
         if env is not None:
-            observation = env.reset(**reset_arguments(row))
+            observation = env.reset(**reset_arguments(row, named=name is not None))
             if isinstance(observation, str):
                 messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
         box = ToolBox(self.tools + (environment_tools(env) if env is not None else []), self.timeout_s)
@@ -112,7 +118,7 @@ class ToolSettings:
     """A run's tools as plain data (``rollout.tools`` and friends), sent to rollout workers, which load them there."""
 
     tools: tuple[str, ...]
-    environment: str | None
+    environment: str | tuple[tuple[str, str], ...] | None  # one spec for every row, or (name, spec) pairs
     max_tool_calls: int
     timeout_s: float
     base_dir: str  # relative file specs are resolved against it
@@ -125,24 +131,45 @@ class ToolSettings:
         r, kwargs = cfg.rollout, cfg.data.chat_template_kwargs
         if not r.tools and r.environment is None:
             return None
-        return ToolSettings(tuple(r.tools), r.environment, r.max_tool_calls, r.tool_timeout_s, os.getcwd(), kwargs)
+        env = tuple(sorted(r.environment.items())) if isinstance(r.environment, dict) else r.environment
+        return ToolSettings(tuple(r.tools), env, r.max_tool_calls, r.tool_timeout_s, os.getcwd(), kwargs)
 
-    def load(self) -> tuple[list[Callable[..., Any]], Callable[[], Any] | None]:
-        """The tool functions and the environment factory; ``ValueError`` with one line naming a bad spec."""
+    def specs(self) -> dict[str | None, str]:
+        """The environment specs by name (the key None: the one environment of every row)."""
+        if self.environment is None:
+            return {}
+        return {None: self.environment} if isinstance(self.environment, str) else dict(self.environment)
+
+    def load(self) -> tuple[list[Callable[..., Any]], Environments]:
+        """The tool functions and the environment factories by name; ``ValueError`` with one line naming a bad
+        spec."""
         tools = [load_tool(spec, self.base_dir) for spec in self.tools]
-        environment = load_environment(self.environment, self.base_dir) if self.environment else None
-        return tools, environment
+        return tools, {name: load_environment(spec, self.base_dir) for name, spec in self.specs().items()}
 
     def build(self, tokenizer: Any) -> ToolWorkflow:
         """The workflow, with Qwen/Hermes ``<tool_call>`` calls through ``tokenizer``'s chat template."""
-        tools, environment = self.load()
+        tools, environments = self.load()
         fmt = ChatTemplateFormat(tokenizer, self.template_kwargs)
-        return ToolWorkflow(fmt, tools, environment, self.max_tool_calls, self.timeout_s)
+        return ToolWorkflow(fmt, tools, environments, self.max_tool_calls, self.timeout_s)
 
 
-def reset_arguments(row: PromptRow) -> dict[str, Any]:
-    """What an environment's ``reset`` gets: the dataset row as TRL passes it (every column, the prompt, the answer)."""
-    return {**row.columns, "answer": row.answer, "prompt": row.prompt}
+def reset_arguments(row: PromptRow, named: bool = False) -> dict[str, Any]:
+    """What an environment's ``reset`` gets: the dataset row as TRL passes it (every column, the prompt, the answer;
+    with ``named`` environments not the column that picked it)."""
+    columns = {k: v for k, v in row.columns.items() if not (named and k == ENVIRONMENT_COLUMN)}
+    return {**columns, "answer": row.answer, "prompt": row.prompt}
+
+
+def environment_name(environments: Environments, row: PromptRow) -> str | None:
+    """The key of ``row``'s environment: None where one serves every row (or there is none), else the row's
+    ``environment`` column; ``ValueError`` naming the row when that names none of them."""
+    if not environments or None in environments:
+        return None
+    name = row.columns.get(ENVIRONMENT_COLUMN)
+    if name not in environments:
+        known = ", ".join(sorted(str(n) for n in environments))
+        raise ValueError(f"row {row.prompt_id}: its environment column is {name!r}, not one of {known}")
+    return name
 
 
 def snapshot(env: Any, reward: EnvironmentReward | None = None) -> SimpleNamespace | None:

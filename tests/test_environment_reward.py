@@ -98,3 +98,85 @@ def test_an_owning_environment_trains_on_its_reward_or_is_said_to_be_unread(tmp_
     with caplog.at_level(logging.WARNING, logger="rl.preflight"):
         inputs = preflight(_config(tmp_path, owner, "reward.functions=[{fn: environment}]"))
     assert "get_reward" not in caplog.text and inputs.train_rows
+
+
+NAMED = '''
+class Adder:
+    def reset(self, **row):
+        self.row = row
+        self.total = 0
+
+    def add(self, n: int) -> int:
+        """Add n to the total.
+
+        Args:
+            n: the number to add
+        """
+        self.total += n
+        return self.total
+
+
+class Timer:
+    def reset(self, **row):
+        self.row = row
+        self.total = 1
+
+    def times(self, n: int) -> int:
+        """Multiply the total by n.
+
+        Args:
+            n: the factor
+        """
+        self.total *= n
+        return self.total
+
+
+def env_reward(completions, environments, **columns):
+    return [float(e.total) for e in environments]
+'''
+
+
+def _named_config(tmp_path, picks: list[str | None], *overrides: str):
+    """``_config`` on a file whose rows pick an environment by their ``environment`` column (None: no column)."""
+    import json
+
+    (tmp_path / "named.py").write_text(NAMED)
+    rows = [{"question": f"{i}+1=", "answer": str(i + 1)} for i in range(len(picks))]
+    rows = [r | ({} if p is None else {"environment": p}) for r, p in zip(rows, picks, strict=True)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    named = tmp_path / "named.py"
+    return _config(
+        tmp_path,
+        f"data.source={tmp_path / 'rows.jsonl'}",
+        f"rollout.environment={{add: '{named}:Adder', mul: '{named}:Timer'}}",
+        "rollout.tools=[]",
+        f"reward.functions=[{{fn: '{named}:env_reward'}}]",
+        *overrides,
+    )
+
+
+def test_named_environments_each_serve_the_rows_that_pick_them(tmp_path):
+    from rl.rollout.tool_workflow import ToolSettings
+    from tool_chat import byte_chat_tokenizer
+
+    cfg = _named_config(tmp_path, ["add", "mul"] * 20)
+    inputs = preflight(cfg)
+    assert sorted(s["function"]["name"] for s in inputs.encoder.tools) == ["add", "times"]  # lengths count both
+    workflow = ToolSettings.of(cfg).build(byte_chat_tokenizer())
+    for row in inputs.train_rows[:4]:
+        env, box, prompt = workflow._start(row)
+        assert type(env).__name__ == {"add": "Adder", "mul": "Timer"}[row.columns["environment"]]
+        tool = {"Adder": "add", "Timer": "times"}[type(env).__name__]
+        assert [s["function"]["name"] for s in box.schemas()] == [tool]  # its own tools only
+        assert "environment" not in env.row and env.row["answer"] == row.answer  # the pick is not reset's
+
+
+@pytest.mark.parametrize("pick, said", [(None, "None"), ("div", "'div'")], ids=["no-column", "unknown"])
+def test_a_row_picking_no_named_environment_is_refused_in_one_line(tmp_path, pick, said):
+    """Any row, training or held-out (held-out rows run episodes too)."""
+    refused = rf"^rollout\.environment: row .*: its environment column is {said}, not one of add, mul; give each row"
+    for at in range(40):  # wherever the split puts it
+        picks: list[str | None] = ["add", "mul"] * 20
+        picks[at] = pick
+        with pytest.raises(BadInput, match=refused):
+            preflight(_named_config(tmp_path, picks))

@@ -270,3 +270,30 @@ def test_an_environment_owned_reward_scores_each_episode_from_its_live_state(rol
     with RewardPool([("environment", 1.0)], 1) as pool:  # a worker process: the snapshot crosses to it
         scored = pool.score_sync(["3+1="] * len(group), [e.sample.text for e in group], environments(group))
     assert scored.rewards == calls and sum(scored.failures.values()) == 0
+
+
+class Doubler(Tally):
+    """``Tally`` whose calls count twice."""
+
+    def count(self, text: str) -> str:
+        """Count this call twice.
+
+        Args:
+            text: any text
+        """
+        self.calls += 2
+        return str(self.calls)
+
+
+def test_named_environments_serve_the_rows_that_pick_them(rollout_worker, tokenizer):
+    """TRL's dict of environment factories: each row's ``environment`` column picks its class, whose tool and own
+    reward the episodes of that row get."""
+    envs = {"one": Tally, "two": Doubler}
+    workflow = ToolWorkflow(EveryTurnCalls(tokenizer, ["count"]), [], envs, max_tool_calls=2, timeout_s=5.0)
+    for pick, per_call in (("one", 1), ("two", 2)):
+        row = PromptRow(f"n-{pick}", "3+1=", "4", {"environment": pick})
+        plain = PlainController(GroupPlan("t", 4, 4))
+        run = rollout_worker.generate_episodes.remote(f"named-{pick}", row, SamplingSpec(80), workflow, plain)
+        _, _, group = ray.get(run)
+        assert any(e.tools.calls for e in group), pick  # (the tiny model ends its first turn on EOS nearly always)
+        assert [e.environment.get_reward() for e in group] == [per_call * e.tools.calls for e in group], pick

@@ -117,6 +117,6 @@ def test_bad_tool_setups_get_one_line_errors(tmp_path, overrides, renders_tools,
 
 def test_the_bundled_tool_recipe_names_tools_that_load():
     settings = ToolSettings.of(load_config(RECIPES_DIR / "calculator_qwen2.5-0.5b.yaml"))
-    tools, environment = settings.load()
-    assert [t.__name__ for t in tools] == ["add", "subtract"] and environment is None
+    tools, environments = settings.load()
+    assert [t.__name__ for t in tools] == ["add", "subtract"] and environments == {}
     assert tools[1](5, 7) == -2

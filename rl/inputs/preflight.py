@@ -70,7 +70,7 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
     encoder = prompt_encoder(cfg, model_dir, cfg.model.path)
     _check_context_length(model_dir, cfg.rollout.max_model_len)
     check_chat_template(encoder, cfg, train, f"model.path {cfg.model.path!r}")
-    extra_columns = check_tools(cfg, encoder, train)
+    extra_columns = check_tools(cfg, encoder, train + test)  # held-out rows run episodes too
     train = fitting_rows(train, encoder, cfg.rollout, "training")
     test = fitting_rows(test, encoder, cfg.rollout, "held-out")
     if len(train) < cfg.train.batch_groups:
@@ -457,12 +457,12 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
     ``encoder.tools``, so prompt lengths count the schemas the model will see. Returns the reward arguments the
     first row's episode adds (``environments``: an instance reset with the row), for the rewards' check."""
     from rl.rollout.tool_format import ChatTemplateFormat
-    from rl.rollout.tool_workflow import ToolSettings, reset_arguments, snapshot
+    from rl.rollout.tool_workflow import ToolSettings, environment_name, reset_arguments, snapshot
     from rl.rollout.tools import environment_tools, load_environment, load_tool, tool_schema
 
     settings = ToolSettings.of(cfg)
     if settings is None:
-        _check_environment_reward(cfg, None)
+        _check_environment_reward(cfg, [])
         return {}
     if not all(isinstance(r.prompt, list) for r in rows):
         raise BadInput(
@@ -475,18 +475,25 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
             tools.append(load_tool(spec, settings.base_dir))
         except ValueError as e:
             raise BadInput(f"rollout.tools.{index}: {e}") from None
-    environments = []
-    if settings.environment is not None:
+    environments: dict[str | None, Any] = {}  # an instance of each, by name (None: the one of every row)
+    for name, spec in settings.specs().items():
         try:
-            environments.append(load_environment(settings.environment, settings.base_dir)())
+            environments[name] = load_environment(spec, settings.base_dir)()
         except ValueError as e:
-            raise BadInput(f"rollout.environment: {e}") from None
-        tools += environment_tools(environments[0])
-    _check_environment_reward(cfg, environments[0] if environments else None)
-    names = [t.__name__ for t in tools]
-    if len(set(names)) < len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise BadInput(f"rollout.tools/environment: two tools named {twice[0]!r}; the model calls tools by name")
+            raise BadInput(f"rollout.environment{'' if name is None else '.' + name}: {e}") from None
+    _check_environment_reward(cfg, list(environments.values()))
+    for tool_set in [tools + environment_tools(env) for env in environments.values()] or [tools]:
+        names = [t.__name__ for t in tool_set]
+        if len(set(names)) < len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise BadInput(f"rollout.tools/environment: two tools named {twice[0]!r}; the model calls tools by name")
+    for env in environments.values():  # prompt lengths count every environment's tools: a bound, never short
+        tools += [t for t in environment_tools(env) if t.__name__ not in {u.__name__ for u in tools}]
+    for row in rows:
+        try:
+            environment_name(environments, row)
+        except ValueError as e:
+            raise BadInput(f"rollout.environment: {e}; give each row an environment column naming one") from None
     schemas = [tool_schema(t) for t in tools]
     shown = encoder.tokenizer.apply_chat_template(
         [{"role": "user", "content": "-"}], tools=schemas, add_generation_prompt=True, tokenize=False
@@ -505,29 +512,32 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
     if not environments:
         return {}
     row = rows[0]
+    name = environment_name(environments, row)
+    env = environments[name]
     try:
-        environments[0].reset(**reset_arguments(row))
+        env.reset(**reset_arguments(row, named=name is not None))
     except Exception as e:
         raise BadInput(
             f"rollout.environment: reset(**row) failed on row {row.prompt_id}: {type(e).__name__}: {e}"
         ) from None
-    owned = EnvironmentReward() if callable(getattr(environments[0], "get_reward", None)) else None
-    return {"environments": [snapshot(environments[0], owned)]}  # no episode yet: nothing for get_reward to score
+    owned = EnvironmentReward() if callable(getattr(env, "get_reward", None)) else None
+    return {"environments": [snapshot(env, owned)]}  # no episode yet: nothing for get_reward to score
 
 
-def _check_environment_reward(cfg: RunConfig, env: Any) -> None:
+def _check_environment_reward(cfg: RunConfig, environments: list[Any]) -> None:
     """The built-in reward ``environment`` needs an environment whose class defines ``get_reward``; such an
     environment without it is said in one warning (a reward function of the user's may call it instead)."""
     reads = "environment" in [f.fn for f in cfg.reward.functions]
-    owns = env is not None and callable(getattr(env, "get_reward", None))
-    if reads and not owns:
-        what = "there is no rollout.environment" if env is None else f"{type(env).__name__} defines no get_reward()"
+    owners = sorted({type(e).__name__ for e in environments if callable(getattr(e, "get_reward", None))})
+    if reads and not owners:
+        classes = " and ".join(sorted({type(e).__name__ for e in environments}))
+        what = f"{classes} defines no get_reward()" if environments else "there is no rollout.environment"
         raise BadInput(f"reward 'environment' is rollout.environment's get_reward(), but {what}; drop it or add one")
-    if owns and not reads:
+    if owners and not reads:
         log.warning(
             "rollout.environment %s defines get_reward(), which no reward reads unless one of yours calls it: add "
             "{fn: environment} to reward.functions to train on it (TRL adds it with weight 1)",
-            type(env).__name__,
+            " and ".join(owners),
         )
 
 
