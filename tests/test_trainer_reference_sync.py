@@ -2,10 +2,14 @@
 ``(1 - mix) * reference + mix * policy`` (TR-DPO; mix 1 is ProRL's reset), between syncs it stays put; a checkpoint
 holds the moved reference (folder of its own, digested), so a resumed run continues exactly."""
 
+import dataclasses
+
+import pytest
 import torch
 from rl.trainer.engine import TrainerSpec
 from rl.trainer.fsdp_engine import FSDPEngine
 from synthetic import make_groups, trained_and_reloaded
+from test_trainer_lora import LORA
 
 from rl.algorithm.losses import LossSpec
 from rl.loop.checkpoint import REFERENCE_WEIGHTS
@@ -31,11 +35,15 @@ def test_the_reference_moves_toward_the_policy_every_n_steps_only(tiny_model_dir
     assert not torch.equal(engine.reference.model.embed_tokens.weight, initial["model.embed_tokens.weight"])
 
 
-def test_mix_one_resets_the_reference_to_the_policy(tiny_model_dir):
-    engine = FSDPEngine(_spec(tiny_model_dir, every=1, mix=1.0))
+@pytest.mark.parametrize("lora", [None, LORA], ids=["full", "lora"])
+def test_mix_one_resets_the_reference_to_the_policy(tiny_model_dir, lora):
+    """With LoRA the reference (a whole model) becomes the merged policy."""
+    engine = FSDPEngine(dataclasses.replace(_spec(tiny_model_dir, every=1, mix=1.0), lora=lora))
+    initial = _params(engine.reference)
     engine.train_step(make_groups(2, 0))
-    policy = _params(engine.model)
+    policy = engine.full_weights()
     assert all(torch.equal(p, policy[n]) for n, p in engine.reference.named_parameters())
+    assert not all(torch.equal(p, initial[n]) for n, p in engine.reference.named_parameters())
 
 
 def test_without_sync_the_reference_stays_the_initial_policy(tiny_model_dir):
