@@ -31,7 +31,7 @@ from rl.rollout.tools import ToolBox, environment_tools, load_environment, load_
 from rl.rollout.workflow import Episode, EpisodeTrace
 
 from rl.config import RunConfig
-from rl.rewards.environment import EnvironmentReward
+from rl.rewards.environment import EnvironmentReward, owns_reward
 from rl.types import PromptRow, Sample
 
 ENVIRONMENT_COLUMN = "environment"  # with named environments, the row's pick (TRL's control field; not given to reset)
@@ -186,7 +186,7 @@ def snapshot(env: Any, reward: EnvironmentReward | None = None) -> SimpleNamespa
 async def ended(env: Any, timeout_s: float) -> SimpleNamespace | None:
     """``snapshot`` of an episode's environment once the episode is over, its ``get_reward()`` called now, on the
     live instance, where its class defines one (an async one awaited, for at most ``timeout_s``)."""
-    if env is None or not callable(getattr(env, "get_reward", None)):
+    if not owns_reward(env):
         return snapshot(env)
     try:
         value = env.get_reward()

@@ -94,6 +94,11 @@ def _merged_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return merged
 
 
+def _cpu_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A module's parameters by name (tied ones once), fp32 copies on the CPU."""
+    return {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in module.named_parameters()}
+
+
 class FSDPEngine:
     """``TrainEngine`` on PyTorch: one rank, or FSDP2 over the data-parallel ranks once ``shard`` is called."""
 
@@ -264,9 +269,9 @@ class FSDPEngine:
         spec = self.spec.loss
         if self.entropy_control is not None:  # this update's coefficient, the same on every micro-batch and rank
             spec = dataclasses.replace(spec, entropy_coef=self.entropy_control.applied())
+        wants_entropy = spec.entropy_coef > 0 or self.entropy_control is not None
         idle = self._idle_count(len(batches))  # before any gather, so the collectives line up
         for i, batch in enumerate(batches):
-            wants_entropy = spec.entropy_coef > 0 or self.entropy_control is not None
             logprobs, entropy = self._forward(self.model, batch, entropy=wants_entropy)
             reference = None
             if self.reference is not None:
@@ -354,9 +359,6 @@ class FSDPEngine:
     def syncs_reference(self) -> bool:
         """The KL reference moves (``ref_sync_every``): it is then state, saved, loaded and digested."""
         return self.reference is not None and self.spec.ref_sync_every is not None
-
-    def _reference_weights(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.reference.named_parameters()}
 
     def _policy_weights_on_every_rank(self) -> dict[str, torch.Tensor]:
         """The policy's whole weights by HF name on every rank (``full_weights`` gives rank 0 alone); with LoRA
@@ -457,7 +459,7 @@ class FSDPEngine:
         if self.spec.lora is not None:
             return _merged_weights(self.model)
         if not self.sharded:
-            return {n: p.detach().to("cpu", torch.float32).contiguous() for n, p in self.model.named_parameters()}
+            return _cpu_weights(self.model)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         names = [n for n, _ in self.model.named_parameters()]
@@ -503,7 +505,7 @@ class FSDPEngine:
             self._save_adapter(os.path.join(path, ADAPTER_DIR))
         if self.syncs_reference:
             os.makedirs(os.path.dirname(os.path.join(path, REFERENCE_WEIGHTS)), exist_ok=True)
-            save_file(self._reference_weights(), os.path.join(path, REFERENCE_WEIGHTS), metadata={"format": "pt"})
+            save_file(_cpu_weights(self.reference), os.path.join(path, REFERENCE_WEIGHTS), metadata={"format": "pt"})
         AutoTokenizer.from_pretrained(self.spec.model).save_pretrained(path)
         rng = {
             "cpu": torch.get_rng_state(),
@@ -575,7 +577,7 @@ class FSDPEngine:
                 h.update(torch.as_tensor(value).detach().float().cpu().numpy().tobytes())
         if self.entropy_control is not None:  # only then: digests of runs without it stay as they were
             h.update(repr(self._entropy_state()).encode())
-        reference = self._reference_weights() if self.syncs_reference else {}
+        reference = _cpu_weights(self.reference) if self.syncs_reference else {}
         for name in sorted(reference):
             h.update(f"reference.{name}".encode())
             h.update(reference[name].numpy().tobytes())

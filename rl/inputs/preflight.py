@@ -24,7 +24,7 @@ from rl.data.source import dataset_rows, train_and_held_out
 from rl.inputs import hub
 from rl.inputs.prompting import PromptEncoder
 from rl.models import BUILTIN_MODELS, BUILTIN_PREFIX, resolve_model
-from rl.rewards.environment import EnvironmentReward
+from rl.rewards.environment import EnvironmentReward, owns_reward
 from rl.rewards.hooks import CallLog, RewardState
 from rl.rewards.loading import load_reward_fn, overlong_lengths
 from rl.rewards.pool import RESERVED_KEYWORDS, TRL_HOOKS, call_reward, reward_values
@@ -89,7 +89,7 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
             f"after training; {fix}"
         )
     values = check_rewards(cfg, functions, train, encoder, extra_columns)
-    owned = any(f.fn == "environment" for f in cfg.reward.functions)  # scores episodes only: None before one
+    owned = _reads_environment_reward(cfg)  # it scores episodes: None before one
     if say and len(values) == len(cfg.reward.functions) and all(v is None for v in values) and not owned:
         print(
             f"warning: every reward function returned None for row {train[0].prompt_id} (its answer as the "
@@ -482,13 +482,14 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
         except ValueError as e:
             raise BadInput(f"rollout.environment{'' if name is None else '.' + name}: {e}") from None
     _check_environment_reward(cfg, list(environments.values()))
-    for tool_set in [tools + environment_tools(env) for env in environments.values()] or [tools]:
+    tool_sets = [tools + environment_tools(env) for env in environments.values()] or [tools]
+    for tool_set in tool_sets:
         names = [t.__name__ for t in tool_set]
         if len(set(names)) < len(names):
             twice = sorted({n for n in names if names.count(n) > 1})
             raise BadInput(f"rollout.tools/environment: two tools named {twice[0]!r}; the model calls tools by name")
-    for env in environments.values():  # prompt lengths count every environment's tools: a bound, never short
-        tools += [t for t in environment_tools(env) if t.__name__ not in {u.__name__ for u in tools}]
+    # prompt lengths count every environment's tools: a bound, never short
+    tools = list({t.__name__: t for tool_set in tool_sets for t in tool_set}.values())
     for row in rows:
         try:
             environment_name(environments, row)
@@ -520,15 +521,15 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
         raise BadInput(
             f"rollout.environment: reset(**row) failed on row {row.prompt_id}: {type(e).__name__}: {e}"
         ) from None
-    owned = EnvironmentReward() if callable(getattr(env, "get_reward", None)) else None
+    owned = EnvironmentReward() if owns_reward(env) else None
     return {"environments": [snapshot(env, owned)]}  # no episode yet: nothing for get_reward to score
 
 
 def _check_environment_reward(cfg: RunConfig, environments: list[Any]) -> None:
     """The built-in reward ``environment`` needs an environment whose class defines ``get_reward``; such an
     environment without it is said in one warning (a reward function of the user's may call it instead)."""
-    reads = "environment" in [f.fn for f in cfg.reward.functions]
-    owners = sorted({type(e).__name__ for e in environments if callable(getattr(e, "get_reward", None))})
+    reads = _reads_environment_reward(cfg)
+    owners = sorted({type(e).__name__ for e in environments if owns_reward(e)})
     if reads and not owners:
         classes = " and ".join(sorted({type(e).__name__ for e in environments}))
         what = f"{classes} defines no get_reward()" if environments else "there is no rollout.environment"
@@ -539,6 +540,11 @@ def _check_environment_reward(cfg: RunConfig, environments: list[Any]) -> None:
             "{fn: environment} to reward.functions to train on it (TRL adds it with weight 1)",
             " and ".join(owners),
         )
+
+
+def _reads_environment_reward(cfg: RunConfig) -> bool:
+    """Whether ``reward.functions`` lists the built-in ``environment`` (an environment's own ``get_reward()``)."""
+    return any(f.fn == "environment" for f in cfg.reward.functions)
 
 
 def fitting_rows(rows: list[PromptRow], encoder: PromptEncoder, rollout: RolloutConfig, what: str) -> list[PromptRow]:

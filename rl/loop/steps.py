@@ -74,10 +74,10 @@ async def streamed_step(cfg: RunConfig, fleet: Fleet, version: int, stopping: as
     """
     groups: list[Group] = []
     pending = []
+    weights = reward_weights(cfg)
     for i in range(cfg.train.batch_groups):
         group = (await unless_stopping(stopping, fleet.buffer.get_batch.remote(1, version)))[0]
-        # group-local estimators only (config check)
-        assign_advantages(cfg.algorithm.advantage, [group], reward_weights(cfg))
+        assign_advantages(cfg.algorithm.advantage, [group], weights)  # group-local estimators only (config check)
         groups.append(group)
         pending.append(fleet.trainers[i % len(fleet.trainers)].accumulate.remote([group]))
     await asyncio.gather(*pending)

@@ -23,6 +23,11 @@ class EnvironmentReward:
         return self.value
 
 
+def owns_reward(env: Any) -> bool:
+    """Whether ``env``'s class defines ``get_reward`` (TRL: the environment owns its reward)."""
+    return callable(getattr(env, "get_reward", None))
+
+
 def environment_reward(environments: list[Any], **_: Any) -> list[float | None]:
     """Built-in ``environment``: each episode's ``get_reward()``; None where the environment has none (TRL: not
     scored), NaN where it raised (a counted failure of that sample)."""
