@@ -1,23 +1,22 @@
 """How tool calls look in tokens: the prompt with the tools' schemas, the calls in the model's text, the tool results
 as the tokens appended after the model's turn.
 
-``ChatTemplateFormat`` is the one Tailor supports: Qwen / Hermes style calls, ``<tool_call>{"name": ..., "arguments":
-{...}}</tool_call>`` (one or several per turn), with the schemas and results rendered by the tokenizer's own chat
-template (``tools=`` and ``role: tool`` messages). A result's tokens are the template's rendering of the tool messages
-and the next assistant header, cut right after the end-of-turn token the model itself sampled: the model's ids are
-never re-tokenized.
+``ChatTemplateFormat`` is the one Tailor supports: the schemas and results are rendered by the tokenizer's own chat
+template (``tools=`` and ``role: tool`` messages), the calls read in the syntax that template writes them
+(``rl.rollout.tool_calls``). A result's tokens are what the template renders after the model's turn: the tool
+messages and the next assistant header, after the end-of-turn token that closes the turn, the one the model itself
+sampled. The model's ids are never re-tokenized; a template that renders the turn before the results differently
+(Qwen3's drops an empty think block once the turn is not the last) changes nothing the episode holds.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any, Protocol
 
+from rl.rollout.tool_calls import CallReader, Schemas, call_reader
 from rl.rollout.tools import ToolCall
 
 Messages = list[dict[str, Any]]
-CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 class ToolFormat(Protocol):
@@ -30,8 +29,9 @@ class ToolFormat(Protocol):
     def prompt(self, messages: Messages, schemas: list[dict[str, Any]]) -> list[int]:
         """The prompt's ids, the tools' schemas included, ending in the assistant's header."""
 
-    def calls(self, ids: list[int]) -> list[ToolCall]:
-        """The calls in one model turn (its sampled ids), in order; none: the turn is the episode's answer."""
+    def calls(self, ids: list[int], schemas: Schemas) -> list[ToolCall]:
+        """The calls in one model turn (its sampled ids), in order, given the tools' ``schemas``; none: the turn is
+        the episode's answer."""
 
     def results(self, results: list[tuple[str, str]]) -> list[int]:
         """The ids that follow the model's end-of-turn token: each (tool name, result text) as a tool message, then
@@ -42,12 +42,14 @@ class ToolFormat(Protocol):
 
 
 class ChatTemplateFormat:
-    """``<tool_call>`` JSON calls; prompts and results through the tokenizer's chat template."""
+    """Prompts and results through the tokenizer's chat template, calls in the syntax it writes them
+    (``UnknownCallSyntax`` for one no reader reads)."""
 
     def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs
         self.end_of_turn = tokenizer.eos_token_id
+        self.reader: CallReader = call_reader(tokenizer, self.template_kwargs)
 
     def prompt(self, messages: Messages, schemas: list[dict[str, Any]]) -> list[int]:
         return list(
@@ -61,24 +63,23 @@ class ChatTemplateFormat:
             )
         )
 
-    def calls(self, ids: list[int]) -> list[ToolCall]:
+    def calls(self, ids: list[int], schemas: Schemas) -> list[ToolCall]:
         """Read with special tokens kept: some templates make the call markers special tokens."""
-        text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        return [_parse_call(body) for body in CALL.findall(text)]
+        return self.reader.read(self.tokenizer.decode(ids, skip_special_tokens=False), schemas)
 
     def results(self, results: list[tuple[str, str]]) -> list[int]:
-        """The template's tool messages and next header after a stand-in conversation whose last assistant turn called
-        the first tool; the stand-in's rendering is cut at its last end-of-turn token, the one the model sampled."""
+        """The template's tool messages and next header in a stand-in conversation whose assistant turn called the
+        first tool: what follows the end-of-turn token that closes that turn (as many such tokens in as the
+        conversation up to the turn renders)."""
         called = [{"type": "function", "function": {"name": results[0][0], "arguments": {}}}]
         before = [{"role": "user", "content": "-"}, {"role": "assistant", "content": "", "tool_calls": called}]
         tools = [{"role": "tool", "name": name, "content": content} for name, content in results]
-        head = self._ids(before, generation_prompt=False)
+        turns = self._ids(before, generation_prompt=False).count(self.end_of_turn)
         full = self._ids(before + tools, generation_prompt=True)
-        ends = [i for i, t in enumerate(head) if t == self.end_of_turn]
-        head = head[: ends[-1] + 1] if ends else head
-        if full[: len(head)] != head:
-            raise ValueError("the chat template renders tool results by rewriting the turn before them; unsupported")
-        return full[len(head) :]
+        ends = [i for i, t in enumerate(full) if t == self.end_of_turn]
+        if not turns or len(ends) < turns:
+            raise ValueError("the chat template does not end the assistant's turn with its end-of-turn token")
+        return full[ends[turns - 1] + 1 :]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -93,21 +94,3 @@ class ChatTemplateFormat:
                 **self.template_kwargs,
             )
         )
-
-
-def _parse_call(body: str) -> ToolCall:
-    """One ``<tool_call>`` body: ``{"name": str, "arguments": object or JSON string}``; anything else is unusable
-    (``arguments=None``), named as far as it can be."""
-    try:
-        call = json.loads(body)
-    except json.JSONDecodeError:
-        return ToolCall("?", None)
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        return ToolCall("?", None)
-    arguments = call.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            arguments = None
-    return ToolCall(call["name"], arguments if isinstance(arguments, dict) else None)

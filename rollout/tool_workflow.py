@@ -64,6 +64,7 @@ class ToolWorkflow:
     ) -> Episode:
         env, box, prompt = self._start(row)
         said: Messages = []
+        schemas = box.schemas()
         while True:
             budget = replace(sampling, max_tokens=sampling.max_tokens - len(trace.ids))
             turn = await trace.sample(engine, prompt + trace.ids, budget)
@@ -71,7 +72,7 @@ class ToolWorkflow:
             finish = turn.finish_reason or "abort"
             if trace.stopped or finish != "stop" or not turn.tokens or turn.tokens[-1] != self.format.end_of_turn:
                 break
-            calls = self.format.calls(turn.tokens)
+            calls = self.format.calls(turn.tokens, schemas)
             if not calls or box.stats.calls + len(calls) > self.max_tool_calls:
                 break
             contents = await trace.unless_stopped(asyncio.gather(*map(box.call, calls)))
@@ -147,7 +148,7 @@ class ToolSettings:
         return tools, {name: load_environment(spec, self.base_dir) for name, spec in self.specs().items()}
 
     def build(self, tokenizer: Any) -> ToolWorkflow:
-        """The workflow, with Qwen/Hermes ``<tool_call>`` calls through ``tokenizer``'s chat template."""
+        """The workflow, through ``tokenizer``'s chat template, its calls read in the syntax the template writes."""
         tools, environments = self.load()
         fmt = ChatTemplateFormat(tokenizer, self.template_kwargs)
         return ToolWorkflow(fmt, tools, environments, self.max_tool_calls, self.timeout_s)

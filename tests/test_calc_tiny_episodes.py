@@ -67,7 +67,7 @@ def test_a_real_tool_call_is_parsed_and_its_result_comes_back_token_for_token(ca
     episode = called(calc_worker)[0]
     s = episode.sample
     end = s.tokens.index(tok.eos_token_id)  # the model's first turn: a call, ended on its own <|im_end|>
-    [call] = fmt.calls(s.tokens[: end + 1])
+    [call] = fmt.calls(s.tokens[: end + 1], [tool_schema(add)])
     assert s.tokens[0] == tok.convert_tokens_to_ids("<tool_call>")  # the tag is one token the model sampled
     assert call.name == "add" and set(call.arguments) == {"a", "b"}
     result = str(add(**call.arguments))

@@ -18,7 +18,7 @@ def test_a_call_round_trips_through_the_vocabulary_in_a_few_tokens():
     pieces = ['{"name": "', *"add", '", "arguments": {"a": ', *"123", ', "b": ', *"45", "}}"]
     assert tok.convert_ids_to_tokens(ids) == ["<tool_call>", *pieces, "</tool_call>", "<|im_end|>"]  # 15 tokens
     assert tok.decode(ids, skip_special_tokens=True) == text
-    assert ChatTemplateFormat(tok).calls(ids) == [ToolCall("add", {"a": 123, "b": 45})]
+    assert ChatTemplateFormat(tok).calls(ids, []) == [ToolCall("add", {"a": 123, "b": 45})]
 
 
 def test_the_template_renders_the_tools_and_a_result_after_the_models_end_of_turn():

@@ -44,7 +44,7 @@ class Marks:
     def prompt(self, messages, schemas) -> list[int]:
         return [1, 2]
 
-    def calls(self, ids: list[int]) -> list[ToolCall]:
+    def calls(self, ids: list[int], schemas: list) -> list[ToolCall]:
         return [ToolCall("nap", {"s": float(ids[ids.index(CALL) + 1])})] if CALL in ids else []
 
     def results(self, results) -> list[int]:

@@ -48,12 +48,12 @@ def env_reward(completions, environments, **columns):
 '''
 
 
-def _model(tmp_path: Path, renders_tools: bool = True) -> Path:
-    """A model folder the checks accept: a config, a one-tensor weight file, the byte-level chat tokenizer (whose
-    template renders tools, or one that ignores them as SmolLM2's does)."""
-    out = tmp_path / ("model" if renders_tools else "plain-model")
-    tok = byte_chat_tokenizer()
-    if not renders_tools:
+def _model(tmp_path: Path, family: str = "qwen") -> Path:
+    """A model folder the checks accept: a config, a one-tensor weight file, the byte-level chat tokenizer with the
+    template of ``family`` (``tests/tool_chat.py``), or with ``plain`` one that ignores tools as SmolLM2's does."""
+    out = tmp_path / f"model-{family}"
+    tok = byte_chat_tokenizer("qwen" if family == "plain" else family)
+    if family == "plain":
         tok.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }} {{ m.content }}<|im_end|>{% endfor %}"
     tok.save_pretrained(out)
     header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
@@ -62,11 +62,11 @@ def _model(tmp_path: Path, renders_tools: bool = True) -> Path:
     return out
 
 
-def _config(tmp_path: Path, *overrides: str, renders_tools: bool = True):
+def _config(tmp_path: Path, *overrides: str, family: str = "qwen"):
     tools = tmp_path / "tools.py"
     tools.write_text(TOOLS)
     base = [
-        f"model.path={_model(tmp_path, renders_tools)}",
+        f"model.path={_model(tmp_path, family)}",
         "data.chat=true",
         "data.arith.num_train=40",  # every prompt goes through the chat template with the schemas: keep them few
         "data.arith.num_test=8",
@@ -88,6 +88,13 @@ def test_tools_and_environment_pass_and_the_schemas_count_in_prompts(tmp_path):
     assert '"name": "multiply"' in inputs.encoder.tokenizer.decode(inputs.encoder.encode(row.prompt))
 
 
+@pytest.mark.parametrize("family", ["qwen3", "qwen3.5", "llama3"])
+def test_the_templates_of_other_call_syntaxes_pass(tmp_path, family):
+    """Qwen3's template renders the turn before a tool result without its empty think block: its results are what
+    follows that turn's end-of-turn token all the same (it was refused as rewriting the turn)."""
+    assert preflight(_config(tmp_path, family=family)).encoder.tools
+
+
 @pytest.mark.parametrize("policy", ["darts", "sart", "darts+sart"])
 def test_shaping_policies_shape_episodes(tmp_path, policy):
     """DARTS and SART run per episode (``run_episodes``): a tool run takes any shaping policy."""
@@ -95,21 +102,22 @@ def test_shaping_policies_shape_episodes(tmp_path, policy):
 
 
 @pytest.mark.parametrize(
-    "overrides, renders_tools, message",
+    "overrides, family, message",
     [
-        (["rollout.tools=[{tools}:missing]"], True, r"^rollout\.tools\.0: tool spec '.*:missing': .* no attribute"),
-        (["rollout.tools=[{tools}:undocumented]"], True, r"^rollout\.tools\.0: .*undocumented cannot be a tool"),
-        (["rollout.environment={tools}:add"], True, r"^rollout\.environment: .*with no arguments failed: TypeError"),
-        (["rollout.tools=[{tools}:add, {tools}:add]"], True, r"two tools named 'add'"),
-        (["data.chat=false"], True, r"need chat prompts .* set data\.chat=true"),
-        ([], False, r"^model\.path '.*': its chat template does not render tools"),
-        (["reward.functions=[{fn: '{tools}:env_reward'}]", "rollout.environment=null"], True, r"environments"),
+        (["rollout.tools=[{tools}:missing]"], "qwen", r"^rollout\.tools\.0: tool spec '.*:missing': .* no attribute"),
+        (["rollout.tools=[{tools}:undocumented]"], "qwen", r"^rollout\.tools\.0: .*undocumented cannot be a tool"),
+        (["rollout.environment={tools}:add"], "qwen", r"^rollout\.environment: .*with no arguments failed: TypeError"),
+        (["rollout.tools=[{tools}:add, {tools}:add]"], "qwen", r"two tools named 'add'"),
+        (["data.chat=false"], "qwen", r"need chat prompts .* set data\.chat=true"),
+        ([], "plain", r"^model\.path '.*': its chat template does not render tools"),
+        ([], "mistral", r"^model\.path '.*': .*a syntax Tailor does not read \(.*\[TOOL_CALLS\].*Llama 3"),
+        (["reward.functions=[{fn: '{tools}:env_reward'}]", "rollout.environment=null"], "qwen", r"environments"),
     ],
-    ids=["missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "no-env"],
+    ids=["missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "syntax", "no-env"],
 )
-def test_bad_tool_setups_get_one_line_errors(tmp_path, overrides, renders_tools, message):
+def test_bad_tool_setups_get_one_line_errors(tmp_path, overrides, family, message):
     tools = tmp_path / "tools.py"
-    cfg = _config(tmp_path, *(o.replace("{tools}", str(tools)) for o in overrides), renders_tools=renders_tools)
+    cfg = _config(tmp_path, *(o.replace("{tools}", str(tools)) for o in overrides), family=family)
     with pytest.raises(BadInput, match=message) as e:
         preflight(cfg)
     assert "\n" not in str(e.value)

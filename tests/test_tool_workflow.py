@@ -115,9 +115,9 @@ def run(workflow, engine, max_tokens=400, row=None):
 
 def test_calls_are_read_from_tool_call_markers(fmt):
     text = f'I will add. {CALL} and <tool_call>{{"name": "mul", "arguments": "{{\\"x\\": 1}}"}}</tool_call>'
-    assert fmt.calls(ids(fmt, text)) == [ToolCall("add", {"a": 2, "b": 3}), ToolCall("mul", {"x": 1})]
-    assert fmt.calls(ids(fmt, "The answer is 5.")) == []
-    bad = fmt.calls(ids(fmt, '<tool_call>{"name": "add", "arguments": [1]}</tool_call><tool_call>nope</tool_call>'))
+    assert fmt.calls(ids(fmt, text), []) == [ToolCall("add", {"a": 2, "b": 3}), ToolCall("mul", {"x": 1})]
+    assert fmt.calls(ids(fmt, "The answer is 5."), []) == []
+    bad = fmt.calls(ids(fmt, '<tool_call>{"name": "add", "arguments": [1]}</tool_call><tool_call>nope</tool_call>'), [])
     assert bad == [ToolCall("add", None), ToolCall("?", None)]
 
 

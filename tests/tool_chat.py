@@ -23,9 +23,67 @@ TEMPLATE = (
 )
 
 
-def byte_chat_tokenizer() -> Any:
-    """Bytes as tokens (no merges), ``<|im_start|>``/``<|im_end|>`` special (the latter the EOS), ``<tool_call>`` and
-    ``</tool_call>`` plain added tokens as in Qwen's vocabulary."""
+# the shapes of real models' templates, written small: what each does with a tool call, a tool result and the turn
+# before a result (none is a copy of the model's own template)
+QWEN3_TEMPLATE = (  # JSON calls; tool results in a user turn; an empty think block on the last assistant turn only
+    "{% if tools %}<|im_start|>system\n# Tools{% for t in tools %}\n{{ t | tojson }}{% endfor %}<|im_end|>\n"
+    "{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'assistant' %}<|im_start|>assistant\n{% if loop.last %}<think>\n\n</think>\n\n{% endif %}"
+    "{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>\n"
+    "{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}\n</tool_call>{% endfor %}"
+    "<|im_end|>\n"
+    "{% elif m.role == 'tool' %}{% if loop.first or messages[loop.index0 - 1].role != 'tool' %}<|im_start|>user"
+    "{% endif %}{{ '\\n' }}<tool_response>\n{{ m.content }}\n</tool_response>"
+    "{% if loop.last or messages[loop.index0 + 1].role != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+QWEN35_TEMPLATE = (  # XML calls, a parameter's value as text
+    "{% if tools %}<|im_start|>system\n# Tools{% for t in tools %}\n{{ t | tojson }}{% endfor %}<|im_end|>\n"
+    "{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>\n<function={{ c.function.name }}>\n"
+    "{% for k, v in c.function.arguments.items() %}<parameter={{ k }}>\n{{ v if v is string else v | tojson }}\n"
+    "</parameter>\n{% endfor %}</function>\n</tool_call>{% endfor %}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+LLAMA3_TEMPLATE = (  # bare JSON calls with "parameters"; tools in the first user turn; results as ipython turns
+    "<|begin_of_text|>{% for m in messages %}"
+    "<|start_header_id|>{{ 'ipython' if m.role == 'tool' else m.role }}<|end_header_id|>\n\n"
+    "{% if tools and loop.first %}Functions:{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n\n{% endif %}"
+    "{% if m.tool_calls %}{% for c in m.tool_calls %}"
+    "{{ {'name': c.function.name, 'parameters': c.function.arguments} | tojson }}{% endfor %}"
+    "{% elif m.role == 'tool' %}{{ m.content | tojson }}{% else %}{{ m.content }}{% endif %}<|eot_id|>"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+MISTRAL_TEMPLATE = (  # a syntax Tailor does not read: [TOOL_CALLS] and a JSON list
+    "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]"
+    "{% elif m.tool_calls %}[TOOL_CALLS][{% for c in m.tool_calls %}"
+    "{{ {'name': c.function.name, 'arguments': c.function.arguments, 'id': c.id} | tojson }}{% endfor %}]</s>"
+    "{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]"
+    "{% else %}{{ m.content }}</s>{% endif %}"
+    "{% endfor %}"
+)
+TEMPLATES = {"qwen": TEMPLATE, "qwen3": QWEN3_TEMPLATE, "qwen3.5": QWEN35_TEMPLATE, "llama3": LLAMA3_TEMPLATE}
+QWEN_SPECIALS = ("<|im_end|>", ["<|im_start|>"], ["<tool_call>", "</tool_call>"])  # EOS, other specials, added
+SPECIALS = {
+    "llama3": ("<|eot_id|>", ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|python_tag|>"], []),
+    "mistral": ("</s>", ["[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[INST]", "[/INST]", "[TOOL_CALLS]"], []),
+}
+
+
+def byte_chat_tokenizer(family: str = "qwen") -> Any:
+    """Bytes as tokens (no merges) with the chat template of ``family`` (``TEMPLATES``, or ``mistral``): for Qwen's,
+    ``<|im_start|>``/``<|im_end|>`` special (the latter the EOS), ``<tool_call>`` and ``</tool_call>`` plain added
+    tokens as in Qwen's vocabulary; for Llama 3's, its header tokens special and ``<|eot_id|>`` the EOS."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -34,9 +92,10 @@ def byte_chat_tokenizer() -> Any:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok)
-    fast.add_special_tokens({"eos_token": "<|im_end|>", "additional_special_tokens": ["<|im_start|>"]})
-    fast.add_tokens(["<tool_call>", "</tool_call>"])
-    fast.chat_template = TEMPLATE
+    eos, specials, added = SPECIALS.get(family, QWEN_SPECIALS)
+    fast.add_special_tokens({"eos_token": eos, "additional_special_tokens": specials})
+    fast.add_tokens(added)
+    fast.chat_template = TEMPLATES.get(family, MISTRAL_TEMPLATE)
     return fast
 
 
@@ -50,7 +109,7 @@ class EveryTurnCalls:
     def prompt(self, messages, schemas) -> list[int]:
         return self.tokenizer(messages[-1]["content"])["input_ids"]
 
-    def calls(self, ids: list[int]) -> list[ToolCall]:
+    def calls(self, ids: list[int], schemas: list) -> list[ToolCall]:
         return [ToolCall(name, {"text": self.decode(ids)}) for name in self.names]
 
     def results(self, results: list[tuple[str, str]]) -> list[int]:

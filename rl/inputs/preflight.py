@@ -456,6 +456,7 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
     (chat prompts), the chat template renders their schemas and a tool's result. Sets
     ``encoder.tools``, so prompt lengths count the schemas the model will see. Returns the reward arguments the
     first row's episode adds (``environments``: an instance reset with the row), for the rewards' check."""
+    from rl.rollout.tool_calls import CALL_SYNTAXES, UnknownCallSyntax
     from rl.rollout.tool_format import ChatTemplateFormat
     from rl.rollout.tool_workflow import ToolSettings, environment_name, reset_arguments, snapshot
     from rl.rollout.tools import environment_tools, load_environment, load_tool, tool_schema
@@ -496,18 +497,25 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
         except ValueError as e:
             raise BadInput(f"rollout.environment: {e}; give each row an environment column naming one") from None
     schemas = [tool_schema(t) for t in tools]
-    shown = encoder.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "-"}], tools=schemas, add_generation_prompt=True, tokenize=False
-    )
     try:
-        ChatTemplateFormat(encoder.tokenizer).results([(tools[0].__name__, "-")])
+        shown = encoder.tokenizer.apply_chat_template(
+            [{"role": "user", "content": "-"}],
+            tools=schemas,
+            add_generation_prompt=True,
+            tokenize=False,
+            **encoder.template_kwargs,
+        )
         renders = schemas[0]["function"]["name"] in shown
-    except Exception:  # the template failed on a tool message
+        if renders:
+            ChatTemplateFormat(encoder.tokenizer, encoder.template_kwargs).results([(tools[0].__name__, "-")])
+    except UnknownCallSyntax as e:
+        raise BadInput(f"model.path {cfg.model.path!r}: {e}; {CALL_SYNTAXES}") from None
+    except Exception:  # the template failed on a tool call or a tool message
         renders = False
     if not renders:
         raise BadInput(
             f"model.path {cfg.model.path!r}: its chat template does not render tools and tool results; use a model "
-            f"whose template supports tool calling (Qwen2.5/Qwen3 instruct, Hermes)"
+            f"whose template supports tool calling ({CALL_SYNTAXES})"
         )
     encoder.tools = schemas
     if not environments:

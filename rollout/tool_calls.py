@@ -1,0 +1,186 @@
+"""Reading the tool calls in a model's turn, in the syntax its chat template writes them.
+
+Which syntax a model uses is read off its own chat template (``call_reader``): the template renders an assistant
+turn that calls a probe tool, and the way the call comes out picks the reader. A tokenizer that ships a
+``response_template`` (transformers' response parsing) is read with it instead. Readers:
+
+- ``JsonInTags``: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, several a turn (Qwen2.5, Qwen3,
+  Hermes, ``builtin:calc-tiny``); ``arguments`` may be a JSON string.
+- ``XmlInTags``: ``<tool_call><function=NAME><parameter=KEY>VALUE</parameter>...</function></tool_call>``
+  (Qwen3.5, Qwen3.6, Qwen3-Coder), values as text, each typed by the tool's schema: text for a string argument,
+  else JSON (``7``, ``true``, ``[1, 2]``).
+- ``BareJson``: the whole turn is ``{"name": ..., "parameters": {...}}``, several joined by ``;`` (Llama 3.1-3.3).
+- ``ResponseTemplate``: ``tokenizer.parse_response`` with the tokenizer's own template.
+
+A call a reader finds but cannot use (broken JSON, arguments that are not an object) is ``ToolCall(name or "?",
+None)``: the episode answers it with an error and counts it. A turn with no call is the episode's answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Protocol
+
+from rl.rollout.tools import ToolCall
+
+Schemas = list[dict[str, Any]]
+PROBE = "tailor_probe"  # the tool the probe turn calls, with arguments {"x": 1}
+PROBE_CALL = {"id": "tailor001", "type": "function", "function": {"name": PROBE, "arguments": {"x": 1}}}
+CALL_SYNTAXES = (  # what a refusal names
+    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder and Llama 3.1-3.3 templates, and of "
+    "any tokenizer with a response_template"
+)
+TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+XML_NAME = re.compile(r"<function=(?P<name>[^>\n]+)>")
+XML_PARAMETER = re.compile(r"<parameter=(?P<key>[^>\n]+)>\n?(?P<value>.*?)\n?</parameter>", re.DOTALL)
+
+
+class UnknownCallSyntax(ValueError):
+    """The chat template writes tool calls in a syntax no reader reads."""
+
+
+class CallReader(Protocol):
+    """The calls in one model turn's text (special tokens kept, its end-of-turn token too), in order."""
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]: ...
+
+
+class JsonInTags:
+    """``<tool_call>{"name": ..., "arguments": ...}</tool_call>``."""
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        return [_json_call(body, "arguments") for body in TAGGED.findall(text)]
+
+
+class XmlInTags:
+    """``<function=NAME>`` and ``<parameter=KEY>VALUE</parameter>`` pairs in each ``<tool_call>`` body."""
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        calls = []
+        for body in TAGGED.findall(text):
+            named = XML_NAME.search(body)
+            if named is None:
+                calls.append(ToolCall("?", None))
+                continue
+            name = named.group("name").strip()
+            types = _argument_types(schemas, name)
+            pairs = {m.group("key").strip(): m.group("value") for m in XML_PARAMETER.finditer(body)}
+            calls.append(ToolCall(name, {k: _typed(v, types.get(k)) for k, v in pairs.items()}))
+        return calls
+
+
+class BareJson:
+    """A turn that is one JSON call, or several joined by ``;``: ``{"name": ..., "parameters": {...}}``
+    (``arguments`` read too). A turn that does not start with ``{``, or whose object names no tool, is an answer."""
+
+    def __init__(self, special_tokens: list[str]) -> None:
+        self.special_tokens = special_tokens  # dropped before reading: the end of turn, Llama 3.1's <|python_tag|>
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        for token in self.special_tokens:
+            text = text.replace(token, "")
+        text = text.strip()
+        if not text.startswith("{"):
+            return []
+        decoder, calls, at = json.JSONDecoder(), [], 0
+        while at < len(text):
+            try:
+                call, at = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                return calls + [ToolCall("?", None)]
+            if not (isinstance(call, dict) and isinstance(call.get("name"), str)):
+                return calls  # JSON, but not a call: an answer
+            calls.append(_call_of(call, "parameters" if "parameters" in call else "arguments"))
+            at = len(text) - len(text[at:].lstrip().removeprefix(";").lstrip())
+        return calls
+
+
+class ResponseTemplate:
+    """The tokenizer's own ``response_template``, through ``tokenizer.parse_response`` (arguments typed by the
+    tools' schemas). A turn it cannot parse has no calls, as in TRL."""
+
+    def __init__(self, tokenizer: Any, prefix: str) -> None:
+        self.tokenizer, self.prefix = tokenizer, prefix  # prefix: a generation prompt, for the template's anchor
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        try:
+            message = self.tokenizer.parse_response(text, prefix=self.prefix, tools=schemas or None)
+        except (ValueError, TypeError):
+            return []
+        calls = []
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", call) if isinstance(call, dict) else {}
+            name, arguments = function.get("name"), function.get("arguments")
+            calls.append(
+                ToolCall(name if isinstance(name, str) else "?", arguments if isinstance(arguments, dict) else None)
+            )
+        return calls
+
+
+def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> CallReader:
+    """The reader for the calls ``tokenizer``'s model writes: its ``response_template`` where it has one, else the
+    syntax its chat template gives a probe call. ``UnknownCallSyntax`` shows how the template wrote it."""
+    kwargs = dict(template_kwargs or {})
+    user = [{"role": "user", "content": "-"}]
+    if getattr(tokenizer, "response_template", None) is not None:
+        prompt = tokenizer.apply_chat_template(user, add_generation_prompt=True, tokenize=False, **kwargs)
+        return ResponseTemplate(tokenizer, prompt)
+    probe = user + [{"role": "assistant", "content": "", "tool_calls": [PROBE_CALL]}]
+    text = tokenizer.apply_chat_template(probe, tokenize=False, **kwargs)
+    if f"<function={PROBE}>" in text:
+        return XmlInTags()
+    if re.search(rf"<tool_call>\s*\{{[^<]*\"{PROBE}\"", text):
+        return JsonInTags()
+    if re.search(rf"(^|[>\n])\s*\{{\s*\"name\":\s*\"{PROBE}\",\s*\"(parameters|arguments)\"", text):
+        return BareJson(list(tokenizer.all_special_tokens))  # the object opens the turn: not in a list, not quoted
+    at = text.find(PROBE)
+    if at < 0:
+        raise UnknownCallSyntax("its chat template drops an assistant's tool calls")
+    shown = text[max(0, at - 30) : at + 50].replace("\n", "\\n")
+    raise UnknownCallSyntax(f"its chat template writes a call in a syntax Tailor does not read (...{shown}...)")
+
+
+def _json_call(body: str, key: str) -> ToolCall:
+    """One JSON call, ``{"name": str, key: object or JSON string}``; anything else is unusable (``arguments=None``),
+    named as far as it can be."""
+    try:
+        return _call_of(json.loads(body), key)
+    except json.JSONDecodeError:
+        return ToolCall("?", None)
+
+
+def _call_of(call: Any, key: str) -> ToolCall:
+    """A decoded call: its name and its ``key`` (an object, or a JSON string of one)."""
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return ToolCall("?", None)
+    arguments = call.get(key, {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            arguments = None
+    return ToolCall(call["name"], arguments if isinstance(arguments, dict) else None)
+
+
+def _argument_types(schemas: Schemas, name: str) -> dict[str, Any]:
+    """The JSON-schema type of each argument of the tool ``name`` (none where no schema names it)."""
+    for schema in schemas:
+        function = schema.get("function", schema)
+        if function.get("name") == name:
+            return {k: v.get("type") for k, v in function.get("parameters", {}).get("properties", {}).items()}
+    return {}
+
+
+def _typed(value: str, kind: Any) -> Any:
+    """A value written as text, as its argument's type: text for a string (or an unknown argument whose text is not
+    JSON), else its JSON value (Python's ``True``/``False`` read as booleans)."""
+    if kind == "string":
+        return value
+    text = value.strip()
+    if kind == "boolean" and text in ("True", "False"):
+        return text == "True"
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return value

@@ -1,0 +1,133 @@
+"""Tool calls in the syntax each chat template writes them (``rl.rollout.tool_calls``): the reader is picked from the
+template's own rendering of a call, reads back the calls the template writes, with typed arguments, and the results'
+ids join the sampled turn as the template renders what follows it; a syntax no reader reads is refused by name."""
+
+import pytest
+from rl.rollout.tool_calls import BareJson, JsonInTags, ResponseTemplate, UnknownCallSyntax, XmlInTags, call_reader
+from rl.rollout.tool_format import ChatTemplateFormat
+from rl.rollout.tools import ToolCall, tool_schema
+from tool_chat import byte_chat_tokenizer
+
+FAMILIES = {"qwen": JsonInTags, "qwen3": JsonInTags, "qwen3.5": XmlInTags, "llama3": BareJson}
+USER = [{"role": "user", "content": "Weather in 75001?"}]
+
+
+def forecast(city: str, days: int, metric: bool, hours: list[int]) -> str:
+    """The weather.
+
+    Args:
+        city: a city or a postcode
+        days: how many days
+        metric: degrees Celsius
+        hours: which hours
+    """
+    return "sunny"
+
+
+ARGUMENTS = {"city": "75001", "days": 3, "metric": True, "hours": [6, 18]}  # "75001" stays text: city is a string
+
+
+def called(name: str, arguments: dict) -> dict:
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}],
+    }
+
+
+def sampled_turn(fmt: ChatTemplateFormat, messages: list[dict]) -> list[int]:
+    """The ids the template puts after the generation prompt for the conversation's last assistant turn, up to and
+    with its end-of-turn token: what a model trained on the template samples."""
+    prompt = fmt.prompt(messages[:-1], [])
+    whole = list(fmt.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False))
+    assert whole[: len(prompt)] == prompt
+    turn = whole[len(prompt) :]
+    return turn[: turn.index(fmt.end_of_turn) + 1]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_template_picks_the_reader_and_its_calls_are_read_back_typed(family):
+    fmt = ChatTemplateFormat(byte_chat_tokenizer(family))
+    assert type(fmt.reader) is FAMILIES[family]
+    turn = sampled_turn(fmt, [*USER, called("forecast", ARGUMENTS)])
+    assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]
+    answer = fmt.tokenizer.encode("It is sunny.", add_special_tokens=False) + [fmt.end_of_turn]
+    assert fmt.calls(answer, [tool_schema(forecast)]) == []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_results_are_what_the_template_renders_after_the_sampled_turn(family):
+    """Prompt + sampled turn + results, appended, is the template's rendering of the whole conversation, save where
+    the template renders the turn before a result differently from how the model sampled it (Qwen3 drops the empty
+    think block): the results are the rendering's tail after that turn all the same."""
+    fmt = ChatTemplateFormat(byte_chat_tokenizer(family))
+    conversation = [*USER, called("forecast", ARGUMENTS)]
+    prompt, turn = fmt.prompt(USER, []), sampled_turn(fmt, conversation)
+    results = fmt.results([("forecast", "sunny"), ("forecast", "rain")])
+    tools = [{"role": "tool", "name": "forecast", "content": c} for c in ("sunny", "rain")]
+    whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
+    assert whole[-len(results) :] == results and "sunny" in fmt.decode(results) and "rain" in fmt.decode(results)
+    if family == "qwen3":
+        assert "<think>" in fmt.decode(turn) and prompt + turn + results != whole  # rewritten, yet joined right
+        assert fmt.tokenizer.decode(results).startswith("\n<|im_start|>user\n<tool_response>")
+    else:
+        assert prompt + turn + results == whole
+
+
+def test_bare_json_reads_several_calls_and_leaves_answers_alone():
+    fmt = ChatTemplateFormat(byte_chat_tokenizer("llama3"))
+
+    def read(text: str) -> list[ToolCall]:
+        return fmt.calls(fmt.tokenizer.encode(text, add_special_tokens=False) + [fmt.end_of_turn], [])
+
+    two = '{"name": "add", "parameters": {"a": 1}}; {"name": "mul", "arguments": {"b": 2}}'
+    assert read(two) == [ToolCall("add", {"a": 1}), ToolCall("mul", {"b": 2})]
+    assert read('<|python_tag|>{"name": "add", "parameters": {"a": 1}}') == [ToolCall("add", {"a": 1})]
+    assert read('{"answer": 5}') == [] and read("The answer is 5.") == []  # JSON that names no tool is an answer
+    assert read('{"name": "add", "parameters": [1]}') == [ToolCall("add", None)]
+    assert read('{"name": "add", "parameters": {"a": 1') == [ToolCall("?", None)]
+
+
+def test_xml_calls_without_a_function_or_a_schema_are_still_read():
+    fmt = ChatTemplateFormat(byte_chat_tokenizer("qwen3.5"))
+
+    def read(text: str) -> list[ToolCall]:
+        return fmt.calls(fmt.tokenizer.encode(text, add_special_tokens=False), [])
+
+    unknown = "<tool_call>\n<function=lookup>\n<parameter=n>\n7\n</parameter>\n<parameter=w>\nParis\n</parameter>\n"
+    assert read(unknown + "</function>\n</tool_call>") == [ToolCall("lookup", {"n": 7, "w": "Paris"})]
+    assert read("<tool_call>lookup</tool_call>") == [ToolCall("?", None)]
+
+
+def test_a_tokenizers_own_response_template_reads_its_calls():
+    tok = byte_chat_tokenizer("qwen")
+    tok.response_template = {  # transformers' response parsing, for the test template's <tool_call> JSON
+        "defaults": {"role": "assistant"},
+        "start_anchor": "<|im_start|>assistant\n",
+        "fields": {
+            "tool_calls": {
+                "open": "<tool_call>",
+                "close": "</tool_call>",
+                "repeats": True,
+                "content": "json",
+                "transform": {"type": "function", "function": "{content}"},
+            },
+            "content": {"close": "<|im_end|>", "content": "text"},
+        },
+    }
+    fmt = ChatTemplateFormat(tok)
+    assert isinstance(fmt.reader, ResponseTemplate)
+    turn = sampled_turn(fmt, [*USER, called("forecast", {**ARGUMENTS, "days": "3"})])
+    assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]  # "3" typed by the schema
+    assert fmt.calls(tok.encode("Sunny.", add_special_tokens=False) + [fmt.end_of_turn], []) == []
+
+
+def test_a_syntax_no_reader_reads_is_refused_showing_it():
+    with pytest.raises(
+        UnknownCallSyntax, match=r"does not read \(\.\.\..*\[TOOL_CALLS\]\[\{\"name\": \"tailor_probe\""
+    ):
+        call_reader(byte_chat_tokenizer("mistral"))
+    plain = byte_chat_tokenizer("qwen")
+    plain.chat_template = "{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
+    with pytest.raises(UnknownCallSyntax, match="drops an assistant's tool calls"):
+        call_reader(plain)
