@@ -31,6 +31,10 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] | None
 
+    def message(self) -> dict[str, Any]:
+        """The call as an entry of an assistant message's ``tool_calls``, in TRL's and transformers' shape."""
+        return {"type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
 
 @dataclass
 class ToolStats:

@@ -225,6 +225,8 @@ def test_episode_appends_sampled_ids_and_tool_ids_with_mask_and_logprobs(fmt):
     assert episode.generated_tokens == len(turn1) + len(turn2)
     assert [m["role"] for m in episode.messages] == ["assistant", "tool", "assistant"]
     assert episode.messages[1]["content"] == "5"
+    call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+    assert episode.messages[0]["tool_calls"] == [call] and "tool_calls" not in episode.messages[2]  # as TRL's
     assert engine.prompts[0] == fmt.prompt([{"role": "user", "content": "2+3?"}], ToolBox([add], 1).schemas())
 
 
