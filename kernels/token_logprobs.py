@@ -24,7 +24,7 @@ def token_logprobs_reference(logits: torch.Tensor, targets: torch.Tensor) -> tor
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-def _row_blocks(shape: torch.Size, block_elements: int) -> Iterator[tuple]:
+def row_blocks(shape: torch.Size, block_elements: int) -> Iterator[tuple]:
     """Index tuples covering the rows of a ``[R, V]`` or ``[B, R, V]`` tensor, about ``block_elements`` each.
 
     The same index selects the matching rows of any tensor with the same leading shape (targets, outputs).
@@ -51,7 +51,7 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
             )
         out = torch.empty(targets.shape, dtype=torch.float32, device=logits.device)
         lse = torch.empty_like(out)
-        for idx in _row_blocks(logits.shape, block_elements):
+        for idx in row_blocks(logits.shape, block_elements):
             z = logits[idx].float()
             block_lse = torch.logsumexp(z, dim=-1)
             lse[idx].copy_(block_lse)
@@ -65,7 +65,7 @@ class ChunkedTokenLogprobs(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         logits, targets, lse = ctx.saved_tensors
         grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
-        for idx in _row_blocks(logits.shape, ctx.block_elements):
+        for idx in row_blocks(logits.shape, ctx.block_elements):
             g = grad_out[idx].float().unsqueeze(-1)
             softmax = torch.exp(logits[idx].float() - lse[idx].unsqueeze(-1))
             block_grad = softmax.mul_(-g)

@@ -1,7 +1,9 @@
-"""The chunked token log-prob function against the plain torch formula: values and gradients."""
+"""The chunked token log-prob function against the plain torch formula: values and gradients; the entropy metric,
+in blocks, against the differentiable entropy."""
 
 import pytest
 import torch
+from rl.kernels.token_entropy import token_entropy, token_entropy_metric
 from rl.kernels.token_logprobs import ChunkedTokenLogprobs, token_logprobs, token_logprobs_reference
 
 
@@ -53,3 +55,12 @@ def test_shape_mismatch_is_named():
     logits, _ = _case((3, 4))
     with pytest.raises(ValueError, match="targets of the leading shape"):
         ChunkedTokenLogprobs.apply(logits, torch.zeros(2, dtype=torch.long), 100)
+
+
+@pytest.mark.parametrize("block_elements", [1, 40, 10_000])
+@pytest.mark.parametrize("shape", [(7, 13), (3, 5, 13)])
+def test_the_entropy_metric_in_blocks_is_the_entropy_without_gradient(shape, block_elements):
+    logits, _ = _case(shape, dtype=torch.bfloat16)
+    got = token_entropy_metric(logits, block_elements)
+    assert got.dtype == torch.float32 and not got.requires_grad
+    torch.testing.assert_close(got, token_entropy(logits).detach())

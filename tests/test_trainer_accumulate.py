@@ -34,6 +34,15 @@ def test_streamed_accumulation_gives_the_same_parameters_as_synchronous_steps(ti
     assert synchronous.version == streamed.version == 3
 
 
+def test_entropy_is_measured_without_a_bonus_and_kl_only_with_a_reference(tiny_model_dir):
+    """A trainer without an entropy bonus logs the same entropy as one with it (the first step's forward, before
+    any update), not 0; without a KL reference it logs no ``kl_ref`` rather than a 0."""
+    plain = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-2)).train_step(make_groups(4))
+    bonus = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-2, loss=LossSpec(entropy_coef=0.01)))
+    assert plain["entropy"] > 0.1 and plain["entropy"] == pytest.approx(bonus.train_step(make_groups(4))["entropy"])
+    assert "kl_ref" not in plain
+
+
 def test_kl_entropy_and_ess_scaling_reach_the_step(tiny_model_dir):
     loss = LossSpec(kl_coef=0.1, entropy_coef=0.01, correction="tis-seq")
     worker = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-2, loss=loss, ess_lr_scaling=True))

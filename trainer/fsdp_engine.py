@@ -21,9 +21,10 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
-from rl.kernels.token_entropy import token_entropy
+from rl.kernels.token_entropy import token_entropy, token_entropy_metric
 from rl.kernels.token_logprobs import token_logprobs
 from rl.trainer.batching import Row, TokenBatch, collate, cut_micro_batches, rows_of
 from rl.trainer.engine import TrainerSpec
@@ -217,8 +218,11 @@ class FSDPEngine:
     def _autocast(self):
         return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
 
-    def _forward(self, model, batch: TokenBatch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Token log-probs ``[B, T-1]`` of the batch under ``model`` (and the per-position entropy if asked).
+    def _forward(
+        self, model, batch: TokenBatch, entropy: Literal["bonus", "metric"] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Token log-probs ``[B, T-1]`` of the batch under ``model``, and the per-position entropy if asked:
+        differentiable for the ``bonus``, without gradient for the ``metric`` alone.
 
         The LM head runs only from the first position that predicts a response token (HF ``logits_to_keep``):
         prompt positions need hidden states, not a vocabulary projection. Earlier positions read 0; every loss
@@ -234,7 +238,7 @@ class FSDPEngine:
             )
         logits = out.logits[:, :-1]
         logprobs = token_logprobs(logits, ids[:, first + 1 :])
-        ent = token_entropy(logits) if entropy else None
+        ent = None if entropy is None else token_entropy(logits) if entropy == "bonus" else token_entropy_metric(logits)
         return _left_pad(logprobs, first), None if ent is None else _left_pad(ent, first)
 
     def _logprobs(self, batch: TokenBatch) -> torch.Tensor:
@@ -272,7 +276,7 @@ class FSDPEngine:
         wants_entropy = spec.entropy_coef > 0 or self.entropy_control is not None
         idle = self._idle_count(len(batches))  # before any gather, so the collectives line up
         for i, batch in enumerate(batches):
-            logprobs, entropy = self._forward(self.model, batch, entropy=wants_entropy)
+            logprobs, entropy = self._forward(self.model, batch, entropy="bonus" if wants_entropy else "metric")
             reference = None
             if self.reference is not None:
                 with torch.no_grad():
@@ -412,7 +416,7 @@ class FSDPEngine:
             "loss": sum(u.loss for u in updates) / len(updates),
             "grad_norm": sum(u.grad_norm for u in updates) / len(updates),
             "skipped_nonfinite": float(sum(u.nonfinite for u in updates)),
-            **finalize_stats(totals),
+            **{k: v for k, v in finalize_stats(totals).items() if k != "kl_ref" or self.reference is not None},
             "tokens": totals["tokens"] / epochs,
             "seconds": seconds,
             "lr": self.optimizer.param_groups[0]["lr"],
