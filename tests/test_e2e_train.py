@@ -96,6 +96,12 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, rollout_worker
     assert sum(round(r["frac_reward_zero_std"] * 4) for r in train) == summary["zero_variance_admitted"]
     for r in train:
         assert r["kl_ref"] >= 0.0 and 0.0 < r["ess_ratio"] <= 1.0 + 1e-9
+        assert (r["reward"], r["kl"], r["completions/max_length"]) == (
+            r["reward_mean"],
+            r["kl_ref"],
+            r["response_len_max"],
+        )
+        assert r["entropy"] > 0.0  # measured without an entropy bonus too
         assert r["logprob_gap"] < 1e-3  # trainer and engine agree on the log-probs of fresh samples
 
 

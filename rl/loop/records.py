@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rl.loop.counters import RunCounters
+from rl.output.trl_metrics import aliases
 from rl.types import Group
 
 
@@ -24,6 +25,7 @@ def step_metrics(
     return {
         **batch_stats,
         **results[0],
+        **aliases(batch_stats | results[0]),
         **{f"buffer_{k}": float(v) for k, v in buffer_stats.items()},
         "rollout_idle_s": rollout_idle_s,
         "rollout_errors": rollout_errors,

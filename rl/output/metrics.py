@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rl.output.completions import CompletionsFile, reward_names, table
+from rl.output.trl_metrics import completion_metrics, tool_metrics
 from rl.types import Group
 
 log = logging.getLogger("rl.metrics")
@@ -57,7 +58,7 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
         # TRL's name: the share of groups whose rewards are all equal (no advantage under a group baseline)
         "frac_reward_zero_std": float(np.mean([len({s.reward for s in g.samples}) == 1 for g in groups])),
         "reward_mean": float(np.mean(rewards)),
-        "reward_std": float(np.std(rewards)),
+        "reward_std": float(np.std(rewards, ddof=1)) if len(rewards) > 1 else 0.0,  # TRL's: the unbiased std
         "accuracy": float(np.mean([c for g in groups for c in correct(g)])),
         "truncated_frac": float(np.mean([s.truncated for s in samples])),
         "generated_tokens": float(generated),
@@ -74,6 +75,7 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
             out[key] = float(sum(g.stats.get(key, 0) for g in groups))
     for key in sorted({k for g in groups for k in g.stats if k == "turns" or k.startswith("tool_")}):  # tool episodes
         out[key] = float(sum(g.stats.get(key, 0) for g in groups))
+    out |= completion_metrics(samples) | tool_metrics(out)
     for k in range(int(max(stale)) + 1):
         out[f"staleness_hist_{k}"] = float(sum(s == k for s in stale))
     budgets = Counter(int(g.stats["launched"]) for g in groups if "launched" in g.stats)

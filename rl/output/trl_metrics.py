@@ -1,0 +1,54 @@
+"""A step's metrics under the names TRL's ``GRPOTrainer`` logs them, beside Tailor's own, so the dashboards and
+scripts of a TRL user read a Tailor run as they read a TRL one (TRL 1.16's definitions; docs/metrics.md lists both).
+
+Each is the same quantity as TRL's, over what Tailor trains on: the kept samples of a step's groups (TRL keeps every
+sample it generates; a shaped group launched more), tool calls over every launched episode (as TRL counts every
+generated completion's)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rl.types import Sample
+
+SAME_AS = {  # TRL's name: Tailor's, one quantity under both names
+    "reward": "reward_mean",
+    "kl": "kl_ref",
+    "clip_ratio/region_mean": "clip_fraction",
+    "completions/clipped_ratio": "truncated_frac",  # cut at the token cap
+}
+
+
+def completion_metrics(samples: list[Sample]) -> dict[str, float]:
+    """TRL's ``completions/*`` lengths in tokens (tool results included, as TRL counts them): of all, and of those that
+    ended on their own, not at the token cap (0s when none did, as TRL logs)."""
+    lengths = np.asarray([len(s.tokens) for s in samples], dtype=np.float64)
+    ended = np.asarray([len(s.tokens) for s in samples if not s.truncated], dtype=np.float64)
+    ended = ended if ended.size else np.zeros(1)
+    return {
+        "completions/mean_length": float(lengths.mean()),
+        "completions/min_length": float(lengths.min()),
+        "completions/max_length": float(lengths.max()),
+        "completions/mean_terminated_length": float(ended.mean()),
+        "completions/min_terminated_length": float(ended.min()),
+        "completions/max_terminated_length": float(ended.max()),
+    }
+
+
+def tool_metrics(stats: dict[str, float]) -> dict[str, float]:
+    """TRL's ``tools/call_frequency`` (calls per launched sample) and ``tools/failure_frequency`` (failed calls per
+    call) from a step's summed ``tool_calls``, ``tool_failures_<reason>`` and ``samples_launched``; none without
+    tools."""
+    if "tool_calls" not in stats:
+        return {}
+    calls = stats["tool_calls"]
+    failed = sum(v for k, v in stats.items() if k.startswith("tool_failures_"))
+    return {
+        "tools/call_frequency": calls / max(stats.get("samples_launched") or stats["samples"], 1.0),
+        "tools/failure_frequency": failed / calls if calls else 0.0,
+    }
+
+
+def aliases(record: dict[str, float]) -> dict[str, float]:
+    """``SAME_AS``: TRL's names for the record's metrics that have one."""
+    return {trl: record[ours] for trl, ours in SAME_AS.items() if ours in record}
