@@ -103,6 +103,7 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, rollout_worker
         )
         assert r["entropy"] > 0.0  # measured without an entropy bonus too
         assert r["logprob_gap"] < 1e-3  # trainer and engine agree on the log-probs of fresh samples
+    assert [r["num_tokens"] for r in train] == sorted({r["num_tokens"] for r in train})  # the run's count grows
 
 
 def test_idle_governor_steers_darts_redundancy(ray_session, rollout_worker, tiny_model_dir, tmp_path):

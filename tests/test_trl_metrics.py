@@ -7,6 +7,7 @@ import torch
 
 from rl.loop.records import step_metrics
 from rl.output.metrics import summarize_groups
+from rl.output.trl_metrics import trained_tokens
 from rl.types import Group, PromptRow, Sample
 
 
@@ -43,3 +44,8 @@ def test_a_step_record_names_reward_kl_and_clipping_as_trl_does():
     assert record["completions/clipped_ratio"] == record["truncated_frac"] == 0.5 and record["entropy"] == 0.7
     without_reference = step_metrics([], [{k: v for k, v in trainer.items() if k != "kl_ref"}], batch, {}, 0.0, 0, 0)
     assert "kl" not in without_reference
+
+
+def test_num_tokens_counts_each_samples_prompt_and_response():
+    groups = [_group([3, 5], ["stop", "length"], [1.0, 0.0]), _group([2], ["stop"], [0.5])]  # prompts of 1 token
+    assert trained_tokens(groups) == (1 + 3) + (1 + 5) + (1 + 2)

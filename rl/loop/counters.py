@@ -25,6 +25,7 @@ class RunCounters:
     scored_samples: int = 0  # samples given to the reward functions (reward_failures["none"] counts those unscored)
     stalls: int = 0  # waits that outlasted the stall limit (rl.loop.stall), each warned of
     steps_without_signal: int = 0  # steps whose every advantage was 0 (rl.loop.signal_watch)
+    tokens_trained: int = 0  # prompt and response tokens of every trained sample (TRL's num_tokens)
 
     def drop(self, reason: str) -> None:
         self.dropped_groups[reason] = self.dropped_groups.get(reason, 0) + 1

@@ -42,6 +42,7 @@ from rl.output.console import eval_line, step_postfix
 from rl.output.metrics import MetricsLogger, summarize_groups
 from rl.output.progress import Progress
 from rl.output.provenance import stack_versions
+from rl.output.trl_metrics import trained_tokens
 from rl.output.wandb_sink import start_wandb
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
@@ -414,6 +415,7 @@ class Driver:
             for group in groups:
                 self._finish(group.position)
             self.counters.groups_trained += len(groups)
+            self.counters.tokens_trained += trained_tokens(groups)
             for position in await self.fleet.buffer.take_dropped_positions.remote():
                 self.counters.drop("stale")
                 self._finish(position)
@@ -435,6 +437,7 @@ class Driver:
             # the clock and the idle total are read together, after the sync: a step's idle lies within its interval
             now, busy, idle = time.monotonic(), max(r["seconds"] for r in results), self.admission.idle_seconds()
             metrics = step_metrics(groups, results, batch_stats, buffer_stats, idle, errors, dropped) | synced
+            metrics["num_tokens"] = float(self.counters.tokens_trained)  # TRL's name: the run's tokens so far
             metrics.update(step_timing(now - last, busy, batch_stats["generated_tokens"], idle - last_idle))
             if self.governor:  # the next batch's plans take the steered redundancy
                 redundancy = self.governor.update(metrics["rollout_idle_frac"])

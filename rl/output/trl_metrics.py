@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rl.types import Sample
+from rl.types import Group, Sample
 
 SAME_AS = {  # TRL's name: Tailor's, one quantity under both names
     "reward": "reward_mean",
@@ -52,3 +52,9 @@ def tool_metrics(stats: dict[str, float]) -> dict[str, float]:
 def aliases(record: dict[str, float]) -> dict[str, float]:
     """``SAME_AS``: TRL's names for the record's metrics that have one."""
     return {trl: record[ours] for trl, ours in SAME_AS.items() if ours in record}
+
+
+def trained_tokens(groups: list[Group]) -> int:
+    """Prompt and response tokens of the groups' samples, each sample's prompt counted (TRL's ``num_tokens`` sums
+    this over the run)."""
+    return sum(len(g.prompt_tokens) * len(g.samples) + sum(len(s.tokens) for s in g.samples) for g in groups)
