@@ -630,6 +630,12 @@ class AlgorithmConfig(Strict):
         description="at most this many times batch_groups groups are dropped per step; beyond it they are trained"
         " on (counted)",
     )
+    dynamic_sampling_min_std: float = Field(
+        default=0.0,
+        ge=0,
+        description="dynamic sampling drops a group whose rewards' standard deviation is at most this; 0: only a "
+        "group whose rewards are all equal (continuous rewards, a judge's score or a length penalty, seldom tie)",
+    )
 
     @model_validator(mode="after")
     def _correction_needs_decoupled(self) -> AlgorithmConfig:

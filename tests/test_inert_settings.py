@@ -44,8 +44,11 @@ from rl.inputs.inert_settings import inert_settings, warn_of_inert_settings
         ),
         (["algorithm.correction_cap=3", "algorithm.correction=tis-token", "algorithm.decoupled=true"], []),
         (
-            ["algorithm.dynamic_sampling_max_factor=2"],
-            ["algorithm.dynamic_sampling_max_factor (only with algorithm.dynamic_sampling=true)"],
+            ["algorithm.dynamic_sampling_max_factor=2", "algorithm.dynamic_sampling_min_std=0.05"],
+            [
+                "algorithm.dynamic_sampling_max_factor, algorithm.dynamic_sampling_min_std (only with "
+                "algorithm.dynamic_sampling=true)"
+            ],
         ),
         (
             ["reward.num_workers=0", "reward.timeout_s=3"],

@@ -1,5 +1,6 @@
 """DAPO dynamic sampling (Yu et al. 2025): a group whose rewards are all equal has no signal and is dropped; its
-slot goes to a new prompt.
+slot goes to a new prompt. With ``dynamic_sampling_min_std`` a group whose rewards' (population) standard deviation
+is at most that is dropped too: continuous rewards seldom tie exactly, yet a group of near-equal ones teaches little.
 
 At most ``dynamic_sampling_max_factor * batch_groups`` groups are dropped per step, so a run whose prompts are all
 solved (or all failed) keeps training instead of sampling forever; the groups past the cap are trained on.
@@ -8,6 +9,8 @@ solved (or all failed) keeps training instead of sampling forever; the groups pa
 from __future__ import annotations
 
 from typing import Literal
+
+import numpy as np
 
 from rl.config import AlgorithmConfig
 
@@ -20,12 +23,14 @@ class DynamicSampling:
     def __init__(self, algo: AlgorithmConfig, batch_groups: int) -> None:
         self.enabled = algo.dynamic_sampling
         self.cap = algo.dynamic_sampling_max_factor * batch_groups
+        self.min_std = algo.dynamic_sampling_min_std
         self.dropped = 0  # this step's
 
     def verdict(self, rewards: list[float]) -> Verdict:
-        """``keep`` a group whose ``rewards`` differ (or every group when dynamic sampling is off), else ``drop``
-        it, or keep it ``over_cap``."""
-        if not self.enabled or len(set(rewards)) > 1:
+        """``keep`` a group whose ``rewards`` differ, by more than ``min_std`` where it is set (or every group when
+        dynamic sampling is off), else ``drop`` it, or keep it ``over_cap``."""
+        varies = float(np.std(rewards)) > self.min_std if self.min_std > 0 else len(set(rewards)) > 1
+        if not self.enabled or varies:
             return "keep"
         if self.dropped >= self.cap:
             return "over_cap"
