@@ -22,9 +22,9 @@ Messages = list[dict[str, Any]]
 class ToolFormat(Protocol):
     """The tokens of a tool-calling conversation, for one tokenizer."""
 
-    end_of_turn: (
-        int  # the token id that ends the model's turn; a turn ending otherwise (length, abort) ends the episode
-    )
+    turn_ends: frozenset[
+        int
+    ]  # the ids that end a model's turn; a turn ending otherwise (length, abort) ends the episode
 
     def prompt(self, messages: Messages, schemas: list[dict[str, Any]]) -> list[int]:
         """The prompt's ids, the tools' schemas included, ending in the assistant's header."""
@@ -43,12 +43,15 @@ class ToolFormat(Protocol):
 
 class ChatTemplateFormat:
     """Prompts and results through the tokenizer's chat template, calls in the syntax it writes them
-    (``UnknownCallSyntax`` for one no reader reads)."""
+    (``UnknownCallSyntax`` for one no reader reads). A turn ends on the tokenizer's EOS or on any end-of-sequence id
+    of the model's generation config (vLLM stops on those too: Gemma's ``<end_of_turn>``, Llama 3.1's
+    ``<|eom_id|>``)."""
 
     def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs
         self.end_of_turn = tokenizer.eos_token_id
+        self.turn_ends = frozenset({self.end_of_turn, *generation_eos(tokenizer)})
         self.reader: CallReader = call_reader(tokenizer, self.template_kwargs)
 
     def prompt(self, messages: Messages, schemas: list[dict[str, Any]]) -> list[int]:
@@ -74,9 +77,9 @@ class ChatTemplateFormat:
         called = [{"type": "function", "function": {"name": results[0][0], "arguments": {}}}]
         before = [{"role": "user", "content": "-"}, {"role": "assistant", "content": "", "tool_calls": called}]
         tools = [{"role": "tool", "name": name, "content": content} for name, content in results]
-        turns = self._ids(before, generation_prompt=False).count(self.end_of_turn)
+        turns = sum(t in self.turn_ends for t in self._ids(before, generation_prompt=False))
         full = self._ids(before + tools, generation_prompt=True)
-        ends = [i for i, t in enumerate(full) if t == self.end_of_turn]
+        ends = [i for i, t in enumerate(full) if t in self.turn_ends]
         if not turns or len(ends) < turns:
             raise ValueError("the chat template does not end the assistant's turn with its end-of-turn token")
         return full[ends[turns - 1] + 1 :]
@@ -94,3 +97,14 @@ class ChatTemplateFormat:
                 **self.template_kwargs,
             )
         )
+
+
+def generation_eos(tokenizer: Any) -> list[int]:
+    """The end-of-sequence ids of the generation config beside the tokenizer's files (none where it has none)."""
+    from transformers import GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(tokenizer.name_or_path).eos_token_id
+    except (OSError, ValueError):  # no generation_config.json (a tokenizer built in memory, a model without one)
+        return []
+    return [eos] if isinstance(eos, int) else list(eos or [])

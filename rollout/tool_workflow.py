@@ -70,7 +70,7 @@ class ToolWorkflow:
             turn = await trace.sample(engine, prompt + trace.ids, budget)
             said.append({"role": "assistant", "content": self.format.decode(turn.tokens)})
             finish = turn.finish_reason or "abort"
-            if trace.stopped or finish != "stop" or not turn.tokens or turn.tokens[-1] != self.format.end_of_turn:
+            if trace.stopped or finish != "stop" or not turn.tokens or turn.tokens[-1] not in self.format.turn_ends:
                 break
             calls = self.format.calls(turn.tokens, schemas)
             if usable := [c.message() for c in calls if c.arguments is not None]:

@@ -39,7 +39,7 @@ class Marks:
     """A tool format on bare ids: a turn holding ``CALL`` calls ``nap`` for as many seconds as the turn's id after
     ``CALL``; results are ``RESULT_LEN`` ids."""
 
-    end_of_turn = EOT
+    turn_ends = frozenset({EOT})
 
     def prompt(self, messages, schemas) -> list[int]:
         return [1, 2]

@@ -42,7 +42,7 @@ def sampled_turn(fmt: ChatTemplateFormat, messages: list[dict]) -> list[int]:
     whole = list(fmt.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False))
     assert whole[: len(prompt)] == prompt
     turn = whole[len(prompt) :]
-    return turn[: turn.index(fmt.end_of_turn) + 1]
+    return turn[: next(i for i, t in enumerate(turn) if t in fmt.turn_ends) + 1]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

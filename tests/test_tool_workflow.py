@@ -15,6 +15,7 @@ from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.trainer.batching import collate
 from tool_chat import byte_chat_tokenizer
+from transformers import AutoTokenizer, GenerationConfig
 
 from rl.algorithm.losses import LossSpec, policy_loss
 from rl.output.metrics import summarize_groups
@@ -228,6 +229,22 @@ def test_episode_appends_sampled_ids_and_tool_ids_with_mask_and_logprobs(fmt):
     call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
     assert episode.messages[0]["tool_calls"] == [call] and "tool_calls" not in episode.messages[2]  # as TRL's
     assert engine.prompts[0] == fmt.prompt([{"role": "user", "content": "2+3?"}], ToolBox([add], 1).schemas())
+
+
+def test_a_turn_ending_on_the_generation_configs_end_of_turn_calls_its_tools(tmp_path):
+    """Gemma's turns end on ``<end_of_turn>``, its tokenizer's EOS is ``<eos>``: the generation config lists both and
+    vLLM stops on either, so a call turn ending on ``<end_of_turn>`` runs its calls and the results follow it."""
+    tok = byte_chat_tokenizer("gemma")
+    tok.save_pretrained(tmp_path)
+    end = tok.convert_tokens_to_ids("<end_of_turn>")
+    GenerationConfig(eos_token_id=[tok.eos_token_id, end]).save_pretrained(tmp_path)
+    gemma = ChatTemplateFormat(AutoTokenizer.from_pretrained(tmp_path))
+    assert gemma.turn_ends == {tok.eos_token_id, end} != ChatTemplateFormat(tok).turn_ends
+    turn1, turn2 = ids(gemma, CALL) + [end], ids(gemma, "It is 5.") + [end]
+    episode = run(ToolWorkflow(gemma, [add], None, 4, 1.0), ScriptedEngine([turn1, turn2]))
+    result = gemma.results([("add", "5")])
+    assert episode.tools.calls == 1 and episode.sample.tokens == turn1 + result + turn2
+    assert gemma.tokenizer.decode(result) == "\n<start_of_turn>tool\n5<end_of_turn>\n<start_of_turn>model\n"
 
 
 def test_episode_stops_at_max_tool_calls_and_at_its_token_budget(fmt):

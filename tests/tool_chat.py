@@ -62,6 +62,14 @@ LLAMA3_TEMPLATE = (  # bare JSON calls with "parameters"; tools in the first use
     "{% endfor %}"
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
 )
+GEMMA_TEMPLATE = (  # turns end on <end_of_turn>, which is not the tokenizer's EOS (<eos>); tool results as tool turns
+    "<bos>{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}{{ '\\n' }}"
+    "{% if tools and loop.first %}Tools: {{ tools | tojson }}{{ '\\n' }}{% endif %}{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>"
+    "{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>{% endfor %}"
+    "<end_of_turn>{{ '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model{{ '\\n' }}{% endif %}"
+)
 MISTRAL_TEMPLATE = (  # a syntax Tailor does not read: [TOOL_CALLS] and a JSON list
     "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
     "{% for m in messages %}"
@@ -72,10 +80,17 @@ MISTRAL_TEMPLATE = (  # a syntax Tailor does not read: [TOOL_CALLS] and a JSON l
     "{% else %}{{ m.content }}</s>{% endif %}"
     "{% endfor %}"
 )
-TEMPLATES = {"qwen": TEMPLATE, "qwen3": QWEN3_TEMPLATE, "qwen3.5": QWEN35_TEMPLATE, "llama3": LLAMA3_TEMPLATE}
+TEMPLATES = {
+    "qwen": TEMPLATE,
+    "qwen3": QWEN3_TEMPLATE,
+    "qwen3.5": QWEN35_TEMPLATE,
+    "llama3": LLAMA3_TEMPLATE,
+    "gemma": GEMMA_TEMPLATE,
+}
 QWEN_SPECIALS = ("<|im_end|>", ["<|im_start|>"], ["<tool_call>", "</tool_call>"])  # EOS, other specials, added
 SPECIALS = {
     "llama3": ("<|eot_id|>", ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|python_tag|>"], []),
+    "gemma": ("<eos>", ["<bos>", "<start_of_turn>", "<end_of_turn>"], ["<tool_call>", "</tool_call>"]),
     "mistral": ("</s>", ["[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[INST]", "[/INST]", "[TOOL_CALLS]"], []),
 }
 
@@ -104,7 +119,7 @@ class EveryTurnCalls:
     ``text=<the turn>``; results are appended as ``;`` and their digits."""
 
     def __init__(self, tokenizer, names: list[str]) -> None:
-        self.tokenizer, self.names, self.end_of_turn = tokenizer, names, tokenizer.eos_token_id
+        self.tokenizer, self.names, self.turn_ends = tokenizer, names, frozenset({tokenizer.eos_token_id})
 
     def prompt(self, messages, schemas) -> list[int]:
         return self.tokenizer(messages[-1]["content"])["input_ids"]
