@@ -22,9 +22,8 @@ Messages = list[dict[str, Any]]
 class ToolFormat(Protocol):
     """The tokens of a tool-calling conversation, for one tokenizer."""
 
-    turn_ends: frozenset[
-        int
-    ]  # the ids that end a model's turn; a turn ending otherwise (length, abort) ends the episode
+    # the ids that end a model's turn; a turn ending otherwise (length, abort) ends the episode
+    turn_ends: frozenset[int]
 
     def prompt(self, messages: Messages, schemas: list[dict[str, Any]]) -> list[int]:
         """The prompt's ids, the tools' schemas included, ending in the assistant's header."""
