@@ -636,6 +636,19 @@ class AlgorithmConfig(Strict):
         description="dynamic sampling drops a group whose rewards' standard deviation is at most this; 0: only a "
         "group whose rewards are all equal (continuous rewards, a judge's score or a length penalty, seldom tie)",
     )
+    dynamic_sampling_pass_rate: tuple[float, float] | None = Field(
+        default=None,
+        description="dynamic sampling also drops a group whose share of correct samples (its first reward function "
+        "above 0, as held-out accuracy counts) lies outside [low, high], e.g. [0.1, 0.9]: prompts the policy nearly "
+        "always or nearly never solves; None: no band",
+    )
+
+    @field_validator("dynamic_sampling_pass_rate")
+    @classmethod
+    def _a_band_of_shares(cls, band: tuple[float, float] | None) -> tuple[float, float] | None:
+        if band is not None and not 0.0 <= band[0] <= band[1] <= 1.0:
+            raise ValueError(f"{list(band)} is not a band [low, high] with 0 <= low <= high <= 1")
+        return band
 
     @model_validator(mode="after")
     def _correction_needs_decoupled(self) -> AlgorithmConfig:

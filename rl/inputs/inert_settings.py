@@ -50,6 +50,7 @@ def inert_settings(cfg: RunConfig) -> list[str]:
         ("algorithm", a, "ref_sync_mix", a.kl_coef > 0 and a.ref_sync_every is None, "algorithm.ref_sync_every"),
         ("algorithm", a, "dynamic_sampling_max_factor", not a.dynamic_sampling, "algorithm.dynamic_sampling=true"),
         ("algorithm", a, "dynamic_sampling_min_std", not a.dynamic_sampling, "algorithm.dynamic_sampling=true"),
+        ("algorithm", a, "dynamic_sampling_pass_rate", not a.dynamic_sampling, "algorithm.dynamic_sampling=true"),
         ("reward", r, "timeout_s", r.num_workers == 0, "reward.num_workers of 1 or more"),
         ("shaping", s, "avg_redundancy", s.policy == "plain", "a shaping.policy other than plain"),
         *[("shaping", s, k, "darts" not in s.policy, "shaping.policy=darts or darts+sart") for k in DARTS_KNOBS],

@@ -18,7 +18,7 @@ class RunCounters:
     rollout_errors: int = 0  # groups whose sampling call failed (a dead worker, a failed call)
     dead_workers: int = 0
     restarted_workers: int = 0
-    zero_variance_admitted: int = 0  # dynamic sampling's cap was hit: trained on anyway
+    zero_variance_admitted: int = 0  # due a dynamic-sampling drop past its cap: trained on anyway
     replayed_groups: int = 0  # in flight or buffered at the checkpoint a run resumed from: sampled again
     dropped_groups: dict[str, int] = field(default_factory=dict)
     reward_failures: dict[str, int] = field(default_factory=dict)

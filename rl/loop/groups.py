@@ -15,6 +15,7 @@ from rl.config import RolloutConfig, RunConfig
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.counters import RunCounters
 from rl.loop.reward_watch import RewardWatch
+from rl.output.metrics import correct
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
@@ -66,11 +67,11 @@ class GroupMaker:
         if group is None:
             return None
         self.policy.observe(row.prompt_id, result.lengths(group.samples))
-        verdict = self.dynamic_sampling.verdict([s.reward for s in group.samples])
+        verdict = self.dynamic_sampling.verdict([s.reward for s in group.samples], correct(group))
         if verdict == "over_cap":
             self.counters.zero_variance_admitted += 1
-        elif verdict == "drop":
-            self.counters.drop("zero_variance")
+        elif verdict != "keep":
+            self.counters.drop(verdict)
             return None
         return group
 

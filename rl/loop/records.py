@@ -17,7 +17,7 @@ def step_metrics(
     buffer_stats: dict[str, Any],
     rollout_idle_s: float,
     rollout_errors: int,
-    zero_variance_dropped: int,
+    dynamic_dropped: dict[str, int],
 ) -> dict[str, Any]:
     """A step's record before its weight sync and timing: the batch's statistics (``summarize_groups``), rank 0's
     trainer metrics (``results[0]``), the buffer's, and what the rollout side did meanwhile."""
@@ -29,7 +29,8 @@ def step_metrics(
         **{f"buffer_{k}": float(v) for k, v in buffer_stats.items()},
         "rollout_idle_s": rollout_idle_s,
         "rollout_errors": rollout_errors,
-        "zero_variance_dropped": float(zero_variance_dropped),
+        "zero_variance_dropped": 0.0,  # dynamic sampling's drops this step, by reason
+        **{f"{reason}_dropped": float(n) for reason, n in dynamic_dropped.items()},
         "trainer_tokens_per_s": batch_stats["kept_tokens"] / max(busy, 1e-9),
         "dp_wait_s": sum(r["dp_wait_s"] for r in results),  # data-parallel ranks waiting for a straggler
         "prompt_ids": [g.prompt.prompt_id for g in groups],  # what this step trained on
