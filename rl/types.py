@@ -6,6 +6,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Messages = list[dict[str, str]]
+THINK_END = "</think>"  # where a reasoning model's think block ends (Qwen3, DeepSeek-R1 and their distills)
+
+
+def assistant_message(text: str) -> dict[str, str]:
+    """A model's turn as the chat message rewards get, as TRL parses one: a think block (up to the first
+    ``</think>``, its ``<think>`` dropped) as ``reasoning_content``, the rest as ``content``; a text without one is
+    all ``content``."""
+    if THINK_END not in text:
+        return {"role": "assistant", "content": text}
+    reasoning, _, content = text.partition(THINK_END)
+    reasoning = reasoning.strip().removeprefix("<think>").strip()
+    return {"role": "assistant", "content": content.strip(), "reasoning_content": reasoning}
 
 
 @dataclass

@@ -32,7 +32,7 @@ from rl.rollout.workflow import Episode, EpisodeTrace
 
 from rl.config import RunConfig
 from rl.rewards.environment import EnvironmentReward, owns_reward
-from rl.types import PromptRow, Sample
+from rl.types import PromptRow, Sample, assistant_message
 
 ENVIRONMENT_COLUMN = "environment"  # with named environments, the row's pick (TRL's control field; not given to reset)
 Environments = dict[str | None, Callable[[], Any]]  # factories by name; the key None: one for every row
@@ -68,7 +68,7 @@ class ToolWorkflow:
         while True:
             budget = replace(sampling, max_tokens=sampling.max_tokens - len(trace.ids))
             turn = await trace.sample(engine, prompt + trace.ids, budget)
-            said.append({"role": "assistant", "content": self.format.decode(turn.tokens)})
+            said.append(assistant_message(self.format.decode(turn.tokens)))
             finish = turn.finish_reason or "abort"
             if trace.stopped or finish != "stop" or not turn.tokens or turn.tokens[-1] not in self.format.turn_ends:
                 break

@@ -22,7 +22,7 @@ from rl.rollout.group_runner import GroupResult, OnOutput, ScoreFn, group_result
 from rl.rollout.tools import ToolStats
 from rl.shaping.policy import GroupController
 
-from rl.types import PromptRow, Sample
+from rl.types import PromptRow, Sample, assistant_message
 
 T = TypeVar("T")
 
@@ -155,7 +155,7 @@ class SingleTurn:
             finish_reason=trace.end(turn.finish_reason or "abort"),
             text=self.decode(trace.ids),
         )
-        return Episode(prompt, sample, messages=[{"role": "assistant", "content": sample.text}])
+        return Episode(prompt, sample, messages=[assistant_message(sample.text)])
 
 
 async def run_episodes(

@@ -133,3 +133,20 @@ def test_overlong_penalty_tokens_ids_and_characters() -> None:
 def test_overlong_penalty_rejects_bad_buffer() -> None:
     with pytest.raises(ValueError, match="buffer_len"):
         overlong_penalty(max_len=10, buffer_len=20)
+
+
+def test_a_reasoning_models_answer_is_scored_without_its_think_block() -> None:
+    """A chat completion reaches rewards as TRL parses a reasoning model's turn: the think block is
+    ``reasoning_content``, so a boxed guess inside it neither scores nor hides the answer after it."""
+    from rl.inputs.prompting import PromptEncoder
+
+    chat = [{"role": "user", "content": "6 * 7?"}]
+    thought = PromptEncoder.completion(chat, "<think>\nmaybe \\boxed{41}?\n</think>\n\nIt is \\boxed{42}.")
+    assert thought == [
+        {"role": "assistant", "content": "It is \\boxed{42}.", "reasoning_content": "maybe \\boxed{41}?"}
+    ]
+    after_prefilled_think = PromptEncoder.completion(chat, "no, \\boxed{42}</think>The answer: \\boxed{41}")
+    assert after_prefilled_think[0]["reasoning_content"] == "no, \\boxed{42}"  # <think> was in the prompt
+    assert math_accuracy([chat] * 2, [thought, after_prefilled_think], ["42", "42"]) == [1.0, 0.0]
+    assert PromptEncoder.completion(chat, "It is 42.") == [{"role": "assistant", "content": "It is 42."}]
+    assert PromptEncoder.completion("6 * 7 =", "<think>x</think>42") == "<think>x</think>42"  # text prompts as is

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rl.types import PromptRow, Sample
+from rl.types import PromptRow, Sample, assistant_message
 
 
 class PromptEncoder:
@@ -37,8 +37,9 @@ class PromptEncoder:
 
     @staticmethod
     def completion(prompt: str | list[dict[str, str]], text: str) -> str | list[dict[str, str]]:
-        """A string for text prompts, a one-message list for chat prompts (as TRL passes them)."""
-        return [{"role": "assistant", "content": text}] if isinstance(prompt, list) else text
+        """A string for text prompts, a one-message list for chat prompts (as TRL passes them, a think block apart:
+        ``assistant_message``)."""
+        return [assistant_message(text)] if isinstance(prompt, list) else text
 
     @staticmethod
     def columns(rows: list[PromptRow], samples: list[Sample]) -> dict[str, list[Any]]:
