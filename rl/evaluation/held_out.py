@@ -23,6 +23,7 @@ from rl.inputs.prompting import PromptEncoder
 from rl.loop.groups import rollout_sampling
 from rl.output.metrics import percentiles
 from rl.output.progress import Progress
+from rl.output.trl_metrics import aliases
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
@@ -150,13 +151,14 @@ def held_out_sampling(rollout: RolloutConfig, samples: int, temperature: float, 
 
 
 def summarize(records: list[ProblemRecord]) -> dict[str, float]:
-    """``accuracy`` (= pass@1), pass@k for ``k_values(n)``, mean reward, response lengths, truncated fraction."""
+    """``accuracy`` (= pass@1), pass@k for ``k_values(n)``, mean reward, response lengths, truncated fraction, and
+    TRL's names for those it has one for (``rl.output.trl_metrics``)."""
     if not records:
         raise ValueError("no problems to summarize")
     n = min(len(r.correct) for r in records)
     pass_k = {k: np.mean([pass_at_k(len(r.correct), r.num_correct, k) for r in records]) for k in k_values(n)}
     lengths = [length for r in records for length in r.lengths]
-    return {
+    out = {
         "accuracy": float(np.mean([r.num_correct / len(r.correct) for r in records])),
         **{f"pass@{k}": float(v) for k, v in pass_k.items()},
         "reward_mean": float(np.mean([v for r in records for v in r.rewards])),
@@ -167,6 +169,7 @@ def summarize(records: list[ProblemRecord]) -> dict[str, float]:
         "response_len_mean": float(np.mean(lengths)),
         **percentiles(lengths, "response_len"),
     }
+    return out | aliases(out)  # TRL's names too: eval/reward, eval/completions/mean_length in W&B
 
 
 async def evaluate(

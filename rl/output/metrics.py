@@ -66,6 +66,7 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
         "waste_ratio": float(1 - kept / generated) if generated else 0.0,
         "staleness_mean": float(np.mean(stale)),
         "staleness_max": float(max(stale)),
+        "response_len_mean": float(np.mean([len(s.tokens) for s in samples])),
         **percentiles([len(s.tokens) for s in samples], "response_len"),
     }
     for key in ("launched", "aborted", "discarded", "pruned", "cut", "shortfall", "resubmitted"):

@@ -16,19 +16,19 @@ SAME_AS = {  # TRL's name: Tailor's, one quantity under both names
     "kl": "kl_ref",
     "clip_ratio/region_mean": "clip_fraction",
     "completions/clipped_ratio": "truncated_frac",  # cut at the token cap
+    "completions/mean_length": "response_len_mean",
+    "completions/max_length": "response_len_max",
 }
 
 
 def completion_metrics(samples: list[Sample]) -> dict[str, float]:
-    """TRL's ``completions/*`` lengths in tokens (tool results included, as TRL counts them): of all, and of those that
-    ended on their own, not at the token cap (0s when none did, as TRL logs)."""
-    lengths = np.asarray([len(s.tokens) for s in samples], dtype=np.float64)
+    """TRL's ``completions/*`` lengths in tokens (tool results included, as TRL counts them) that Tailor has no name
+    for: the shortest, and those of the samples that ended on their own, not at the token cap (0s when none did, as
+    TRL logs)."""
     ended = np.asarray([len(s.tokens) for s in samples if not s.truncated], dtype=np.float64)
     ended = ended if ended.size else np.zeros(1)
     return {
-        "completions/mean_length": float(lengths.mean()),
-        "completions/min_length": float(lengths.min()),
-        "completions/max_length": float(lengths.max()),
+        "completions/min_length": float(min(len(s.tokens) for s in samples)),
         "completions/mean_terminated_length": float(ended.mean()),
         "completions/min_terminated_length": float(ended.min()),
         "completions/max_terminated_length": float(ended.max()),
