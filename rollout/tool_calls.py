@@ -41,9 +41,12 @@ class UnknownCallSyntax(ValueError):
 
 
 class CallReader(Protocol):
-    """The calls in one model turn's text (special tokens kept, its end-of-turn token too), in order."""
+    """The calls in one model turn's text (special tokens kept, its end-of-turn token too), in order, and the text
+    without them (what TRL's parser gives as the turn's ``content``)."""
 
     def read(self, text: str, schemas: Schemas) -> list[ToolCall]: ...
+
+    def without_calls(self, text: str) -> str: ...
 
 
 class JsonInTags:
@@ -51,6 +54,9 @@ class JsonInTags:
 
     def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
         return [_json_call(body, "arguments") for body in TAGGED.findall(text)]
+
+    def without_calls(self, text: str) -> str:
+        return TAGGED.sub("", text)
 
 
 class XmlInTags:
@@ -68,6 +74,9 @@ class XmlInTags:
             pairs = {m.group("key").strip(): m.group("value") for m in XML_PARAMETER.finditer(body)}
             calls.append(ToolCall(name, {k: _typed(v, types.get(k)) for k, v in pairs.items()}))
         return calls
+
+    def without_calls(self, text: str) -> str:
+        return TAGGED.sub("", text)
 
 
 class BareJson:
@@ -95,6 +104,9 @@ class BareJson:
             at = len(text) - len(text[at:].lstrip().removeprefix(";").lstrip())
         return calls
 
+    def without_calls(self, text: str) -> str:
+        return ""  # a turn that calls is its calls alone
+
 
 class ResponseTemplate:
     """The tokenizer's own ``response_template``, through ``tokenizer.parse_response`` (arguments typed by the
@@ -104,18 +116,24 @@ class ResponseTemplate:
         self.tokenizer, self.prefix = tokenizer, prefix  # prefix: a generation prompt, for the template's anchor
 
     def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
-        try:
-            message = self.tokenizer.parse_response(text, prefix=self.prefix, tools=schemas or None)
-        except (ValueError, TypeError):
-            return []
         calls = []
-        for call in message.get("tool_calls") or []:
+        for call in self._parsed(text, schemas).get("tool_calls") or []:
             function = call.get("function", call) if isinstance(call, dict) else {}
             name, arguments = function.get("name"), function.get("arguments")
             calls.append(
                 ToolCall(name if isinstance(name, str) else "?", arguments if isinstance(arguments, dict) else None)
             )
         return calls
+
+    def without_calls(self, text: str) -> str:
+        return str(self._parsed(text, []).get("content", text) or "")
+
+    def _parsed(self, text: str, schemas: Schemas) -> dict[str, Any]:
+        """The parsed message; a turn the template cannot parse is all content."""
+        try:
+            return self.tokenizer.parse_response(text, prefix=self.prefix, tools=schemas or None)
+        except (ValueError, TypeError):
+            return {"content": text}
 
 
 def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> CallReader:

@@ -32,6 +32,9 @@ class ToolFormat(Protocol):
         """The calls in one model turn (its sampled ids), in order, given the tools' ``schemas``; none: the turn is
         the episode's answer."""
 
+    def prose(self, ids: list[int]) -> str:
+        """The text of a model turn that called tools, its calls' markup taken out (TRL's ``content``)."""
+
     def results(self, results: list[tuple[str, str]]) -> list[int]:
         """The ids that follow the model's end-of-turn token: each (tool name, result text) as a tool message, then
         the next assistant header."""
@@ -68,6 +71,13 @@ class ChatTemplateFormat:
     def calls(self, ids: list[int], schemas: Schemas) -> list[ToolCall]:
         """Read with special tokens kept: some templates make the call markers special tokens."""
         return self.reader.read(self.tokenizer.decode(ids, skip_special_tokens=False), schemas)
+
+    def prose(self, ids: list[int]) -> str:
+        """Special tokens out after the calls, for markers that are special tokens."""
+        text = self.reader.without_calls(self.tokenizer.decode(ids, skip_special_tokens=False))
+        for token in self.tokenizer.all_special_tokens:
+            text = text.replace(token, "")
+        return text.strip()
 
     def results(self, results: list[tuple[str, str]]) -> list[int]:
         """The template's tool messages and next header in a stand-in conversation whose assistant turn called the

@@ -73,8 +73,8 @@ class ToolWorkflow:
             if trace.stopped or finish != "stop" or not turn.tokens or turn.tokens[-1] not in self.format.turn_ends:
                 break
             calls = self.format.calls(turn.tokens, schemas)
-            if usable := [c.message() for c in calls if c.arguments is not None]:
-                said[-1]["tool_calls"] = usable  # as TRL's parsed messages carry them, for the rewards
+            if usable := [c.message() for c in calls if c.arguments is not None]:  # as TRL's parsed messages are
+                said[-1] = {**assistant_message(self.format.prose(turn.tokens)), "tool_calls": usable}
             if not calls or box.stats.calls + len(calls) > self.max_tool_calls:
                 break
             contents = await trace.unless_stopped(asyncio.gather(*map(box.call, calls)))

@@ -47,6 +47,9 @@ class Marks:
     def calls(self, ids: list[int], schemas: list) -> list[ToolCall]:
         return [ToolCall("nap", {"s": float(ids[ids.index(CALL) + 1])})] if CALL in ids else []
 
+    def prose(self, ids: list[int]) -> str:
+        return ""
+
     def results(self, results) -> list[int]:
         return [RESULT] * RESULT_LEN
 

@@ -8,6 +8,8 @@ from rl.rollout.tool_format import ChatTemplateFormat
 from rl.rollout.tools import ToolCall, tool_schema
 from tool_chat import byte_chat_tokenizer
 
+from rl.types import assistant_message
+
 FAMILIES = {"qwen": JsonInTags, "qwen3": JsonInTags, "qwen3.5": XmlInTags, "llama3": BareJson}
 USER = [{"role": "user", "content": "Weather in 75001?"}]
 
@@ -51,6 +53,7 @@ def test_the_template_picks_the_reader_and_its_calls_are_read_back_typed(family)
     assert type(fmt.reader) is FAMILIES[family]
     turn = sampled_turn(fmt, [*USER, called("forecast", ARGUMENTS)])
     assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]
+    assert assistant_message(fmt.prose(turn))["content"] == ""  # the turn is its call alone (Qwen3: and a think block)
     answer = fmt.tokenizer.encode("It is sunny.", add_special_tokens=False) + [fmt.end_of_turn]
     assert fmt.calls(answer, [tool_schema(forecast)]) == []
 
@@ -117,8 +120,10 @@ def test_a_tokenizers_own_response_template_reads_its_calls():
     }
     fmt = ChatTemplateFormat(tok)
     assert isinstance(fmt.reader, ResponseTemplate)
-    turn = sampled_turn(fmt, [*USER, called("forecast", {**ARGUMENTS, "days": "3"})])
+    said = {**called("forecast", {**ARGUMENTS, "days": "3"}), "content": "Let me look. "}
+    turn = sampled_turn(fmt, [*USER, said])
     assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]  # "3" typed by the schema
+    assert fmt.prose(turn) == "Let me look."
     assert fmt.calls(tok.encode("Sunny.", add_special_tokens=False) + [fmt.end_of_turn], []) == []
 
 

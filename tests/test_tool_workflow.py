@@ -228,6 +228,7 @@ def test_episode_appends_sampled_ids_and_tool_ids_with_mask_and_logprobs(fmt):
     assert episode.messages[1]["content"] == "5"
     call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
     assert episode.messages[0]["tool_calls"] == [call] and "tool_calls" not in episode.messages[2]  # as TRL's
+    assert episode.messages[0]["content"] == "Let me add." and episode.messages[2]["content"] == "It is 5."
     assert engine.prompts[0] == fmt.prompt([{"role": "user", "content": "2+3?"}], ToolBox([add], 1).schemas())
 
 

@@ -127,6 +127,9 @@ class EveryTurnCalls:
     def calls(self, ids: list[int], schemas: list) -> list[ToolCall]:
         return [ToolCall(name, {"text": self.decode(ids)}) for name in self.names]
 
+    def prose(self, ids: list[int]) -> str:
+        return self.decode(ids)  # the calls carry the turn as their argument: nothing is markup
+
     def results(self, results: list[tuple[str, str]]) -> list[int]:
         digits = "".join(";" + "".join(c for c in content if c.isdigit()) for _, content in results)
         return self.tokenizer(digits, add_special_tokens=False)["input_ids"]
