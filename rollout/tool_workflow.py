@@ -27,7 +27,7 @@ from typing import Any
 
 from rl.rollout.engine import InferenceEngine, SamplingSpec
 from rl.rollout.tool_format import ChatTemplateFormat, Messages, ToolFormat
-from rl.rollout.tools import ToolBox, environment_tools, load_environment, load_tool
+from rl.rollout.tools import ToolBox, ToolCall, environment_tools, load_environment, load_tool
 from rl.rollout.workflow import Episode, EpisodeTrace
 
 from rl.config import RunConfig
@@ -68,13 +68,10 @@ class ToolWorkflow:
         while True:
             budget = replace(sampling, max_tokens=sampling.max_tokens - len(trace.ids))
             turn = await trace.sample(engine, prompt + trace.ids, budget)
-            said.append(assistant_message(self.format.decode(turn.tokens)))
             finish = turn.finish_reason or "abort"
-            if trace.stopped or finish != "stop" or not turn.tokens or turn.tokens[-1] not in self.format.turn_ends:
-                break
-            calls = self.format.calls(turn.tokens, schemas)
-            if usable := [c.message() for c in calls if c.arguments is not None]:  # as TRL's parsed messages are
-                said[-1] = {**assistant_message(self.format.prose(turn.tokens)), "tool_calls": usable}
+            closed = finish == "stop" and bool(turn.tokens) and turn.tokens[-1] in self.format.turn_ends
+            calls = self.format.calls(turn.tokens, schemas) if closed and not trace.stopped else []
+            said.append(self._said(turn.tokens, calls))
             if not calls or box.stats.calls + len(calls) > self.max_tool_calls:
                 break
             contents = await trace.unless_stopped(asyncio.gather(*map(box.call, calls)))
@@ -98,6 +95,13 @@ class ToolWorkflow:
         )
         view = await ended(env, self.timeout_s)
         return Episode(prompt, sample, turns=trace.turns, tools=box.stats, environment=view, messages=said)
+
+    def _said(self, ids: list[int], calls: list[ToolCall]) -> dict[str, Any]:
+        """A model turn as the rewards' message, as TRL parses one: with usable calls, its text without them and the
+        calls as ``tool_calls``; otherwise its whole text."""
+        if usable := [c.message() for c in calls if c.arguments is not None]:
+            return {**assistant_message(self.format.prose(ids)), "tool_calls": usable}
+        return assistant_message(self.format.decode(ids))
 
     def prompt(self, row: PromptRow) -> list[int]:
         """The ids an episode of ``row`` starts from, the tools' schemas included (an environment is reset first)."""

@@ -21,7 +21,7 @@ import numpy as np
 from rl.config import RolloutConfig
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.groups import rollout_sampling
-from rl.output.metrics import percentiles
+from rl.output.metrics import length_stats
 from rl.output.progress import Progress
 from rl.output.trl_metrics import aliases
 from rl.rewards.hooks import RewardState
@@ -166,8 +166,7 @@ def summarize(records: list[ProblemRecord]) -> dict[str, float]:
         "unscored_frac": float(sum(r.unscored for r in records) / sum(len(r.correct) for r in records)),
         "num_problems": float(len(records)),
         "samples_per_problem": float(n),
-        "response_len_mean": float(np.mean(lengths)),
-        **percentiles(lengths, "response_len"),
+        **length_stats(lengths),
     }
     return out | aliases(out)  # TRL's names too: eval/reward, eval/completions/mean_length in W&B
 

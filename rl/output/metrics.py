@@ -38,6 +38,11 @@ def percentiles(values: list[float], prefix: str) -> dict[str, float]:
     }
 
 
+def length_stats(lengths: list[int]) -> dict[str, float]:
+    """``response_len_mean`` and the ``percentiles`` of responses' ``lengths`` (a training batch's, an evaluation's)."""
+    return {"response_len_mean": float(np.mean(lengths)), **percentiles(lengths, "response_len")}
+
+
 def correct(group: Group) -> list[bool]:
     """Each sample's correctness by the held-out rule: its first reward function's value > 0 (the summed reward
     where the group carries no per-function values)."""
@@ -66,8 +71,7 @@ def summarize_groups(groups: list[Group], trainer_version: int) -> dict[str, flo
         "waste_ratio": float(1 - kept / generated) if generated else 0.0,
         "staleness_mean": float(np.mean(stale)),
         "staleness_max": float(max(stale)),
-        "response_len_mean": float(np.mean([len(s.tokens) for s in samples])),
-        **percentiles([len(s.tokens) for s in samples], "response_len"),
+        **length_stats([len(s.tokens) for s in samples]),
     }
     for key in ("launched", "aborted", "discarded", "pruned", "cut", "shortfall", "resubmitted"):
         out[f"samples_{key}"] = float(sum(g.stats.get(key, 0) for g in groups))
