@@ -102,6 +102,8 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, rollout_worker
             r["response_len_max"],
         )
         assert r["entropy"] > 0.0  # measured without an entropy bonus too
+        sides = r["clip_ratio/low_mean"] + r["clip_ratio/high_mean"]  # without dual clip the region is either side
+        assert sides == pytest.approx(r["clip_ratio/region_mean"]) and r["clip_ratio/high_max"] <= 1.0
         assert r["logprob_gap"] < 1e-3  # trainer and engine agree on the log-probs of fresh samples
     assert [r["num_tokens"] for r in train] == sorted({r["num_tokens"] for r in train})  # the run's count grows
 

@@ -40,6 +40,32 @@ def test_ppo_matches_hand_computation_with_asymmetric_clip():
     assert means["ratio_mean"] == pytest.approx(4.8 / 5, rel=1e-6)
 
 
+def test_clip_sides_are_counted_as_trl_counts_them():
+    # row 0 (A=+1): ratios 1.5, 1.0, 0.5 -> one upper-side token of 3 (0.5 is below 1 - 0.2, but A > 0 keeps it)
+    # row 1 (A=-1): ratios 1.5, 0.7, 0.6 (last padding) -> one lower-side token of 2 (1.5 gets no upper clip at A < 0)
+    # row 2 (A=-1): ratios 0.5, 0.5 -> both lower-side
+    new = torch.tensor([[L(1.5), 0.0, L(0.5)], [L(1.5), L(0.7), L(0.6)], [L(0.5), L(0.5), 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
+    adv = torch.tensor([1.0, -1.0, -1.0])
+    means = finalize_stats(policy_loss(new, torch.zeros(3, 3), adv, mask, LossSpec(clip_low=0.2, clip_high=0.28)).stats)
+    assert means["clip_low_fraction"] == pytest.approx(3 / 7)
+    assert means["clip_high_fraction"] == pytest.approx(1 / 7)
+    assert means["clip_low_seq_min"] == pytest.approx(0.0)  # row 0 has no lower-side token
+    assert means["clip_high_seq_max"] == pytest.approx(1 / 3)
+    assert means["clip_fraction"] == pytest.approx(4 / 7)  # the region: either side
+    low_everywhere = finalize_stats(policy_loss(new[1:], torch.zeros(2, 3), adv[1:], mask[1:], LossSpec()).stats)
+    assert low_everywhere["clip_low_seq_min"] == pytest.approx(1 / 2)  # row 1's share; row 2's is 1
+    merged = finalize_stats(
+        merge_stats(
+            merge_stats({}, policy_loss(new[:1], torch.zeros(1, 3), adv[:1], mask[:1], LossSpec()).stats),
+            policy_loss(new[1:], torch.zeros(2, 3), adv[1:], mask[1:], LossSpec()).stats,
+        )
+    )
+    assert merged["clip_low_seq_min"] == pytest.approx(0.0) and merged["clip_high_seq_max"] == pytest.approx(1 / 3)
+    unclipped = policy_loss(new, torch.zeros(3, 3), adv, mask, LossSpec(kind="sapo")).stats
+    assert finalize_stats(unclipped)["clip_low_fraction"] == finalize_stats(unclipped)["clip_high_fraction"] == 0.0
+
+
 def test_ppo_gradient_sign_and_clipped_tokens_have_no_gradient():
     logp = _leaf([[L(1.5), 0.0, L(0.5)], [L(1.5), 0.0, L(0.7)]])
     out = policy_loss(
@@ -495,6 +521,10 @@ def test_finalize_and_merge_stats():
         "tokens": 3.0,
         "seqs": 1.0,
         "clipped_tokens": 1.0,
+        "low_clipped_tokens": 1.0,
+        "high_clipped_tokens": 0.0,
+        "seq_low_unclipped_max": 0.5,
+        "seq_high_clipped_max": 0.0,
         "ratio_sum": 3.3,
         "approx_kl_sum": 0.03,
         "is_weight_sum": 3.0,
@@ -510,12 +540,15 @@ def test_finalize_and_merge_stats():
         "entropy_sum": 1.5,
     }
     b = {**a, "tokens": 1.0, "clipped_tokens": 0.0, "ratio_sum": 0.7, "is_weight_max": 3.0, "seq_w_sum": 3.0}
+    b["low_clipped_tokens"], b["seq_low_unclipped_max"] = 0.0, 1.0
     b["seq_w_sq_sum"], b["masked_tokens"], b["masked_units"], b["opsm_masked_seqs"] = 9.0, 1.0, 1.0, 1.0
     merged = merge_stats(merge_stats({}, a), b)
     assert merged["tokens"] == 4.0 and merged["seqs"] == 2.0
     assert merged["is_weight_max"] == 3.0  # max, not 1 + 3
     means = finalize_stats(merged)
     assert means["clip_fraction"] == pytest.approx(1 / 4)
+    assert means["clip_low_fraction"] == pytest.approx(1 / 4)
+    assert means["clip_low_seq_min"] == 0.0  # b's response had no lower-side token (max, not 0.5 + 1)
     assert means["ratio_mean"] == pytest.approx((3.3 + 0.7) / 4)
     assert means["approx_kl"] == pytest.approx(0.06 / 4)
     assert means["is_weight_mean"] == pytest.approx(6.0 / 4)

@@ -25,12 +25,16 @@ import torch
 from rl.algorithm.off_policy import ess_ratio, sequence_weights, token_weights
 
 # Stats combined with max (not a sum) across micro-batches and ranks.
-MAX_STATS: frozenset[str] = frozenset({"is_weight_max"})
+MAX_STATS: frozenset[str] = frozenset({"is_weight_max", "seq_low_unclipped_max", "seq_high_clipped_max"})
 # Every key of ``LossOutput.stats``: a fixed set, so ranks can all-reduce them as one vector.
 STAT_KEYS: tuple[str, ...] = (
     "tokens",
     "seqs",
     "clipped_tokens",
+    "low_clipped_tokens",
+    "high_clipped_tokens",
+    "seq_low_unclipped_max",
+    "seq_high_clipped_max",
     "ratio_sum",
     "approx_kl_sum",
     "is_weight_sum",
@@ -193,6 +197,7 @@ def policy_loss(
             dual = (adv < 0) & (surrogate.detach() < floor)
             surrogate = torch.where(dual, floor, surrogate)
             was_clipped = was_clipped | dual
+    low_clipped, high_clipped = _clipped_sides(spec, ratio.detach(), adv, m)
     per_token = -weight.to(dtype) * surrogate
 
     kl = None
@@ -223,6 +228,10 @@ def policy_loss(
             "tokens": fm.sum(),
             "seqs": has.double().sum(),
             "clipped_tokens": (was_clipped & m).double().sum(),
+            "low_clipped_tokens": low_clipped.double().sum(),
+            "high_clipped_tokens": high_clipped.double().sum(),
+            "seq_low_unclipped_max": _seq_max(1.0 - _seq_share(low_clipped, n_tok), has),
+            "seq_high_clipped_max": _seq_max(_seq_share(high_clipped, n_tok), has),
             "ratio_sum": (ratio_d * fm).sum(),
             "approx_kl_sum": ((torch.exp(log_ratio_d) - 1.0 - log_ratio_d) * fm).sum(),
             "is_weight_sum": w_tok_m.sum(),
@@ -245,7 +254,8 @@ def policy_loss(
 
 
 def empty_stats() -> dict[str, float]:
-    """All stats at zero: the start of a fold with ``merge_stats`` (weights are >= 0, so 0 is a safe max)."""
+    """All stats at zero: the start of a fold with ``merge_stats`` (every ``MAX_STATS`` value is >= 0, so 0 is a safe
+    max)."""
     return dict.fromkeys(STAT_KEYS, 0.0)
 
 
@@ -268,6 +278,10 @@ def finalize_stats(sums: dict[str, float]) -> dict[str, float]:
 
     return {
         "clip_fraction": per_token("clipped_tokens"),
+        "clip_low_fraction": per_token("low_clipped_tokens"),
+        "clip_high_fraction": per_token("high_clipped_tokens"),
+        "clip_low_seq_min": 1.0 - sums["seq_low_unclipped_max"] if sums["seqs"] > 0 else 0.0,
+        "clip_high_seq_max": sums["seq_high_clipped_max"],
         "ratio_mean": per_token("ratio_sum"),
         "approx_kl": per_token("approx_kl_sum"),
         "is_weight_mean": per_token("is_weight_sum"),
@@ -298,6 +312,29 @@ def _correction(
     masked_tokens = rejected.sum()
     masked_units = rejected.any(-1).sum() if seq_level else masked_tokens
     return torch.where(keep, w, 0.0), masked_tokens, masked_units
+
+
+def _clipped_sides(
+    spec: LossSpec, ratio: torch.Tensor, adv: torch.Tensor, m: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token, whether the clip's lower side (a negative advantage, the ratio below ``1 - clip_low``) or its upper
+    side (a positive advantage, above ``1 + clip_high``) holds it: the tokens TRL counts as ``clip_ratio/low_*`` and
+    ``high_*``. Only ``ppo`` and ``gspo`` clip so; other kinds have neither."""
+    if spec.kind not in ("ppo", "gspo"):
+        return torch.zeros_like(m), torch.zeros_like(m)
+    low = (ratio < 1.0 - spec.clip_low) & (adv < 0) & m
+    high = (ratio > 1.0 + spec.clip_high) & (adv > 0) & m
+    return low, high
+
+
+def _seq_share(flags: torch.Tensor, n_tok: torch.Tensor) -> torch.Tensor:
+    """Per row, the share of its masked tokens that ``flags`` marks (0 for a row without any)."""
+    return flags.double().sum(-1) / n_tok.clamp(min=1)
+
+
+def _seq_max(values: torch.Tensor, has: torch.Tensor) -> torch.Tensor:
+    """The largest of ``values`` over rows with masked tokens (0 when there are none: every value here is >= 0)."""
+    return torch.where(has, values, 0.0).max() if values.numel() else values.new_zeros(())
 
 
 def _off_policy_masked(

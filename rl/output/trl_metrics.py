@@ -15,6 +15,10 @@ SAME_AS = {  # TRL's name: Tailor's, one quantity under both names
     "reward": "reward_mean",
     "kl": "kl_ref",
     "clip_ratio/region_mean": "clip_fraction",
+    "clip_ratio/low_mean": "clip_low_fraction",
+    "clip_ratio/high_mean": "clip_high_fraction",
+    "clip_ratio/low_min": "clip_low_seq_min",
+    "clip_ratio/high_max": "clip_high_seq_max",
     "completions/clipped_ratio": "truncated_frac",  # cut at the token cap
     "completions/mean_length": "response_len_mean",
     "completions/max_length": "response_len_max",
