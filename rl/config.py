@@ -620,6 +620,14 @@ class AlgorithmConfig(Strict):
     entropy_coef_max: float = Field(
         default=1.0, gt=0, description="adaptive entropy control: the most the weight reaches (the least is 0)"
     )
+    top_entropy_quantile: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="only the top share of response tokens by the policy's entropy, over each micro-batch, carry the "
+        "policy-gradient term and the entropy bonus (Wang et al. 2025, arXiv 2506.01939, which trains on 0.2; TRL's "
+        "top_entropy_quantile); 1: every token",
+    )
     dynamic_sampling: bool = Field(
         default=False,
         description="DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts instead",
@@ -1147,6 +1155,7 @@ TRL_NAMES = {
     "use_adaptive_entropy": "algorithm.entropy_target (the adaptive control's target entropy)",
     "entropy_coef_delta": "algorithm.entropy_coef_delta",
     "entropy_coef_max": "algorithm.entropy_coef_max",
+    "top_entropy_quantile": "algorithm.top_entropy_quantile",
     "epsilon": "algorithm.clip_low",
     "epsilon_high": "algorithm.clip_high",
     "delta": "algorithm.dual_clip",

@@ -183,6 +183,8 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_b
     dual = load_config(recipe_path("arith_tiny"), ["algorithm.dual_clip=3", "algorithm.off_policy_mask=0.5"])
     args = grpo_arguments(dual, 0, 20, tmp_path, use_vllm=False)
     assert (args["delta"], args["off_policy_mask_threshold"]) == (3.0, 0.5)
+    top = load_config(recipe_path("arith_tiny"), ["algorithm.top_entropy_quantile=0.2"])
+    assert grpo_arguments(top, 0, 20, tmp_path, use_vllm=False)["top_entropy_quantile"] == 0.2
     for overrides, refused in (
         (["algorithm.loss=cispo", "algorithm.agg=seq-mean-token-mean"], "algorithm.loss=cispo with algorithm.agg"),
         (["algorithm.loss=sapo"], "algorithm.loss=sapo"),

@@ -480,6 +480,28 @@ def test_entropy_bonus():
     assert ent.grad.tolist()[0] == pytest.approx([-0.01, -0.01, 0.0])
 
 
+def test_top_entropy_quantile_trains_only_the_high_entropy_tokens():
+    # five response tokens (the last row's last position is padding with the highest entropy of all, ignored)
+    ent = _t([[0.1, 2.0, 0.3], [1.5, 0.2, 9.0]])
+    mask = _t([[1, 1, 1], [1, 1, 0]])
+    logp = _leaf([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    spec = LossSpec(top_entropy_quantile=0.4, entropy_coef=0.01)  # the top 40 % of 5 tokens: 2.0 and 1.5
+    out = policy_loss(logp, torch.zeros(2, 3), _t([1.0, -1.0]), mask, spec, entropy=ent)
+    out.loss.backward()
+    # ratio 1: d/dlogp of -A * r is -A on a kept token, 0 elsewhere; the bonus, on the kept tokens only
+    assert logp.grad.tolist() == [[0.0, -1.0, 0.0], [1.0, 0.0, 0.0]]
+    assert out.loss.item() == pytest.approx(-1.0 + 1.0 - 0.01 * (2.0 + 1.5))
+    assert out.units == 5.0  # the dropped tokens still count, as in TRL
+    every = policy_loss(logp.detach(), torch.zeros(2, 3), _t([1.0, -1.0]), mask, LossSpec(top_entropy_quantile=1.0))
+    assert every.loss.item() == pytest.approx(-3.0 + 2.0)
+    top_one = policy_loss(
+        logp.detach(), torch.zeros(2, 3), _t([1.0, -1.0]), mask, LossSpec(top_entropy_quantile=0.0), entropy=ent
+    )
+    assert top_one.loss.item() == pytest.approx(-1.0)  # 0: only the highest-entropy token (2.0, A = +1)
+    with pytest.raises(ValueError, match="entropy"):
+        policy_loss(logp.detach(), torch.zeros(2, 3), _t([1.0, -1.0]), mask, LossSpec(top_entropy_quantile=0.5))
+
+
 # ---- edge cases ----------------------------------------------------------------------------------------------
 
 

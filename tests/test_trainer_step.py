@@ -1,5 +1,6 @@
 """The trainer worker's GRPO step on the real tiny policy (torch, fp32, CPU)."""
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -9,6 +10,8 @@ from rl.trainer.fsdp_engine import FSDPEngine
 from rl.trainer.worker import TrainerWorker
 
 from rl.algorithm.losses import LossSpec
+from rl.cli.common import recipe_path
+from rl.config import load_config
 from rl.types import Group, PromptRow, Sample
 
 
@@ -56,6 +59,24 @@ def test_every_loss_kind_raises_the_rewarded_sample_and_lowers_the_other(tiny_mo
     assert metrics["skipped_nonfinite"] == 0 and metrics["clip_fraction"] == 0.0  # on-policy: nothing clipped
     assert sum(trainer.sequence_logprobs(case.prompt, case.good)) > before_good
     assert sum(trainer.sequence_logprobs(case.prompt, case.bad)) < before_bad
+
+
+def test_top_entropy_quantile_reaches_the_trainers_loss(tiny_model_dir, case):
+    """From the run's config to the loss: the high-entropy share of the tokens makes a different update."""
+    cfg = load_config(recipe_path("arith_tiny"), ["algorithm.top_entropy_quantile=0.2"])
+    spec = dataclasses.replace(TrainerSpec.from_config(cfg, tiny_model_dir), lr=1e-3)
+    assert spec.loss.top_entropy_quantile == 0.2
+    updates = []
+    for s in (spec, dataclasses.replace(spec, loss=dataclasses.replace(spec.loss, top_entropy_quantile=1.0))):
+        trainer = TrainerWorker(s)
+        samples = [
+            Sample(i, t, trainer.sequence_logprobs(case.prompt, t), [0] * len(t), "stop")
+            for i, t in enumerate([case.good, case.bad])
+        ]
+        metrics = trainer.train_step([Group(PromptRow("x", "3+5+7=", "15"), case.prompt, samples, [1.0, -1.0])])
+        assert metrics["skipped_nonfinite"] == 0 and metrics["grad_norm"] > 0
+        updates.append(trainer.parameter_checksum())
+    assert updates[0] != pytest.approx(updates[1], rel=1e-9)
 
 
 def test_mask_truncated_trains_as_if_the_truncated_sample_were_not_there(tiny_model_dir, case):

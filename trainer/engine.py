@@ -68,6 +68,7 @@ class TrainerSpec:
             kl_estimator=a.kl_estimator,
             kl_correction=a.kl_correction,
             entropy_coef=a.entropy_coef,
+            top_entropy_quantile=a.top_entropy_quantile,
             correction=a.correction,
             correction_cap=a.correction_cap,
             decoupled=a.decoupled,

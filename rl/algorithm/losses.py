@@ -74,7 +74,10 @@ class LossSpec:
     ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783). ``kl_coef`` / ``kl_estimator``: penalty on
     KL(current || ref) with Schulman's k1/k2/k3 estimators; ``kl_correction`` weights it by ``pi / pi_behav``, the
     importance ratio of the sampling policy, which makes it an estimate of the current policy's KL (DeepSeek-V3.2,
-    arXiv 2512.02556; TRL's ``use_bias_correction_kl``). ``entropy_coef``: entropy bonus.
+    arXiv 2512.02556; TRL's ``use_bias_correction_kl``). ``entropy_coef``: entropy bonus. ``top_entropy_quantile``:
+    below 1, only the tokens whose entropy is at least the call's ``1 - top_entropy_quantile`` quantile (over its
+    masked tokens) carry the surrogate and the bonus (Wang et al. 2025, arXiv 2506.01939; TRL's
+    ``top_entropy_quantile``); the KL term and the units keep every token, as in TRL.
     ``correction`` / ``correction_cap``: behaviour correction, token or sequence level, truncated (tis) or masked
     outside ``[1/cap, cap]`` (mis). ``decoupled``: use ``proximal_logprobs`` as the clip anchor when given.
     """
@@ -88,6 +91,7 @@ class LossSpec:
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     kl_correction: bool = False
     entropy_coef: float = 0.0
+    top_entropy_quantile: float = 1.0
     correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "none"
     correction_cap: float = 2.0
     decoupled: bool = True
@@ -111,6 +115,8 @@ class LossSpec:
             raise ValueError("agg 'seq-mean-token-sum-norm' needs a positive norm_len")
         if self.correction != "none" and not self.decoupled:
             raise ValueError(f"correction {self.correction!r} weights by pi_prox / pi_behav: it needs decoupled=True")
+        if not 0.0 <= self.top_entropy_quantile <= 1.0:
+            raise ValueError(f"top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}")
         if self.correction_cap < 1.0:
             raise ValueError(f"correction_cap must be >= 1, got {self.correction_cap}")
         if self.dual_clip is not None and self.dual_clip <= 1.0:
@@ -149,8 +155,8 @@ def policy_loss(
     """
     if spec.kl_coef > 0 and ref_logprobs is None:
         raise ValueError("kl_coef > 0 needs ref_logprobs")
-    if spec.entropy_coef > 0 and entropy is None:
-        raise ValueError("entropy_coef > 0 needs entropy")
+    if (spec.entropy_coef > 0 or spec.top_entropy_quantile < 1) and entropy is None:
+        raise ValueError("entropy_coef > 0 and top_entropy_quantile < 1 need entropy")
     m = mask.bool()
     # Padding may hold anything (even inf): zero it so neither the loss nor the gradient sees it.
     dtype = torch.promote_types(logprobs.dtype, torch.float32)  # at least float32 for the arithmetic
@@ -169,6 +175,7 @@ def policy_loss(
     weight, masked_tokens, masked_units = _correction(spec, w_tok, w_seq, m)  # correction is "none" when coupled
     opsm = _off_policy_masked(spec, logp, behav, advantages, m, n_tok)
     weight = torch.where(opsm.unsqueeze(-1), 0.0, weight)
+    high_entropy = _high_entropy(spec, entropy, m)
 
     log_ratio = logp - prox
     if spec.kind != "gspo":
@@ -199,6 +206,8 @@ def policy_loss(
             was_clipped = was_clipped | dual
     low_clipped, high_clipped = _clipped_sides(spec, ratio.detach(), adv, m)
     per_token = -weight.to(dtype) * surrogate
+    if high_entropy is not None:
+        per_token = torch.where(high_entropy, per_token, 0.0)
 
     kl = None
     if ref_logprobs is not None:
@@ -209,7 +218,8 @@ def policy_loss(
             per_token = per_token + spec.kl_coef * kl
     ent = torch.where(m, entropy, 0.0).to(dtype) if entropy is not None else None
     if spec.entropy_coef > 0:
-        per_token = per_token - spec.entropy_coef * ent
+        bonus = ent if high_entropy is None else torch.where(high_entropy, ent, 0.0)
+        per_token = per_token - spec.entropy_coef * bonus
     per_token = torch.where(m, per_token, 0.0)
 
     if spec.agg == "token-mean":
@@ -312,6 +322,17 @@ def _correction(
     masked_tokens = rejected.sum()
     masked_units = rejected.any(-1).sum() if seq_level else masked_tokens
     return torch.where(keep, w, 0.0), masked_tokens, masked_units
+
+
+def _high_entropy(spec: LossSpec, entropy: torch.Tensor | None, m: torch.Tensor) -> torch.Tensor | None:
+    """Per token, whether its entropy is at least the ``1 - top_entropy_quantile`` quantile of the masked tokens'
+    (None: every token counts, ``top_entropy_quantile`` 1)."""
+    if spec.top_entropy_quantile >= 1.0 or entropy is None:
+        return None
+    if not m.any():
+        return m
+    ent = entropy.detach().float()
+    return (ent >= torch.quantile(ent[m], 1.0 - spec.top_entropy_quantile)) & m
 
 
 def _clipped_sides(

@@ -191,6 +191,7 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
             else {}
         ),
         entropy_coef=a.entropy_coef,
+        top_entropy_quantile=a.top_entropy_quantile,
         **(
             dict(
                 use_adaptive_entropy=True,
