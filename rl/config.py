@@ -218,6 +218,12 @@ class RolloutConfig(Strict):
     tool_timeout_s: float = Field(
         default=30.0, gt=0, description="per tool call; a call past it returns an error message to the model"
     )
+    workflow: str | None = Field(
+        default=None,
+        description="your own episode logic ('file.py:fn' or 'module:Cls'): an async run(episode, row) that samples "
+        "turns with `await episode.generate()` and adds untrained tokens with `episode.append(text)` (docs: "
+        "Your own episodes); None: one completion per sample, or the tool loop with tools",
+    )
 
     @field_validator("cpu_threads_bind")
     @classmethod
@@ -225,6 +231,12 @@ class RolloutConfig(Strict):
         for bind in binds or []:
             parse_cores(bind)
         return binds
+
+    @model_validator(mode="after")
+    def _one_episode_kind(self) -> RolloutConfig:
+        if self.workflow is not None and (self.tools or self.environment is not None):
+            raise ValueError("workflow runs episodes of its own: drop tools and environment, or the workflow")
+        return self
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> RolloutConfig:
@@ -1189,6 +1201,7 @@ TRL_NAMES = {
     "vllm_enable_sleep_mode": "rollout.sleep_while_training",
     "chat_template_kwargs": "data.chat_template_kwargs",
     "max_tool_calling_iterations": "rollout.max_tool_calls",
+    "rollout_func": "rollout.workflow (an async run(episode, row) that samples the turns itself)",
 }
 
 

@@ -48,7 +48,7 @@ class ToolStats:
         self.failures[reason] = self.failures.get(reason, 0) + 1
 
 
-def _load_named(spec: str, kind: str, example: str, base_dir: str | Path | None) -> Any:
+def load_named(spec: str, kind: str, example: str, base_dir: str | Path | None) -> Any:
     """What ``spec`` (``path/to/file.py:NAME`` or ``package.module:NAME``) names; a ``ValueError`` names the ``kind``
     of spec and what is wrong."""
     if ":" not in spec:
@@ -62,7 +62,7 @@ def _load_named(spec: str, kind: str, example: str, base_dir: str | Path | None)
 def load_tool(spec: str, base_dir: str | Path | None = None) -> Callable[..., Any]:
     """The function ``spec`` names (``path/to/file.py:function`` or ``package.module:function``), checked to be a
     documented tool. Raises ``ValueError`` naming the spec and what is wrong."""
-    fn = _load_named(spec, "tool", "function", base_dir)
+    fn = load_named(spec, "tool", "function", base_dir)
     tool_schema(fn, f"tool spec {spec!r}")
     return fn
 
@@ -70,7 +70,7 @@ def load_tool(spec: str, base_dir: str | Path | None = None) -> Callable[..., An
 def load_environment(spec: str, base_dir: str | Path | None = None) -> Callable[[], Any]:
     """The environment class or factory ``spec`` names; one instance is made (and dropped) to check it has a
     ``reset`` and documented public methods. Raises ``ValueError`` naming the spec and what is wrong."""
-    factory = _load_named(spec, "environment", "Class", base_dir)
+    factory = load_named(spec, "environment", "Class", base_dir)
     try:
         instance = factory()
     except Exception as e:

@@ -13,6 +13,7 @@ from typing import Any
 from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
 from rl.rollout.group_runner import GroupResult, ScoreFn, run_group
 from rl.rollout.tool_workflow import ToolSettings
+from rl.rollout.user_workflow import UserWorkflowSettings
 from rl.rollout.vllm_adapter import configure_cpu_threads
 from rl.rollout.workflow import Episode, Workflow, kept_episodes, run_episodes
 from rl.shaping.policy import GroupController
@@ -43,7 +44,8 @@ class RolloutWorker:
 
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
         self.sync_seconds: list[float] = []
-        self.workflows: dict[ToolSettings, Workflow] = {}  # built once per settings, on first use
+        # built once per settings, on first use
+        self.workflows: dict[ToolSettings | UserWorkflowSettings, Workflow] = {}
 
     def _decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -77,15 +79,15 @@ class RolloutWorker:
         group_id: str,
         row: PromptRow,
         sampling: SamplingSpec,
-        workflow: Workflow | ToolSettings,
+        workflow: Workflow | ToolSettings | UserWorkflowSettings,
         controller: GroupController,
         progress_every_tokens: int = 0,
         score_texts: ScoreFn | None = None,
     ) -> tuple[list[int], GroupResult, list[Episode]]:
         """``generate_group`` for episodes of ``row`` under ``workflow`` (multi-turn, tools): their prompt ids, the
-        group's result and the kept episodes (``run_episodes``). ``ToolSettings`` are built here into a tool workflow
-        on this worker's tokenizer."""
-        if isinstance(workflow, ToolSettings):
+        group's result and the kept episodes (``run_episodes``). Settings (``ToolSettings``, ``UserWorkflowSettings``)
+        are built here into their workflow on this worker's tokenizer."""
+        if isinstance(workflow, (ToolSettings, UserWorkflowSettings)):
             if workflow not in self.workflows:
                 self.workflows[workflow] = workflow.build(self.tokenizer)
             workflow = self.workflows[workflow]

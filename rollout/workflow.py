@@ -36,7 +36,8 @@ class Episode:
     turns: int = 1
     tools: ToolStats = field(default_factory=ToolStats)
     environment: Any = None  # the episode's environment as rewards see it (TRL's ``environments``): a snapshot
-    messages: list[dict[str, Any]] = field(default_factory=list)  # the completion as chat messages, TRL's form
+    # the completion as rewards get it, TRL's form: chat messages (text after a text prompt, from a user's workflow)
+    messages: list[dict[str, Any]] | str = field(default_factory=list)
 
     @property
     def generated_tokens(self) -> int:
@@ -129,6 +130,9 @@ class EpisodeTrace:
 class Workflow(Protocol):
     """Produces one episode for one prompt row; the token budget is ``sampling.max_tokens`` for the whole episode."""
 
+    def prompt(self, row: PromptRow) -> list[int]:
+        """The ids every episode of ``row`` starts from."""
+
     async def run(
         self, engine: InferenceEngine, trace: EpisodeTrace, row: PromptRow, sampling: SamplingSpec
     ) -> Episode:
@@ -142,10 +146,13 @@ class SingleTurn:
         self.encode = encode
         self.decode = decode
 
+    def prompt(self, row: PromptRow) -> list[int]:
+        return self.encode(row.prompt)
+
     async def run(
         self, engine: InferenceEngine, trace: EpisodeTrace, row: PromptRow, sampling: SamplingSpec
     ) -> Episode:
-        prompt = self.encode(row.prompt)
+        prompt = self.prompt(row)
         turn = await trace.sample(engine, prompt, sampling)
         sample = Sample(
             index=trace.index,

@@ -457,7 +457,7 @@ def test_a_tool_recipe_refuses_the_single_turn_raw_mode():
     from rl.cli.main import recipe_path
 
     recipe = recipe_path("calculator_qwen2.5-0.5b")
-    with pytest.raises(ValueError, match="mode raw is single-turn; the recipe's tools make episodes"):
+    with pytest.raises(ValueError, match="mode raw is single-turn; the recipe's tools or workflow make episodes"):
         RolloutBenchConfig(recipe=recipe, modes=["raw", "plain"])
     assert RolloutBenchConfig(recipe=recipe, modes=["plain", "darts+sart"]).modes == ["plain", "darts+sart"]
     assert RolloutBenchConfig(recipe=recipe, modes=["raw"], recipe_overrides=["rollout.tools=[]"]).modes == ["raw"]

@@ -59,10 +59,10 @@ from rl.rewards.loading import RewardSpec, load_reward_fn
 from rl.rewards.pool import RewardPool
 from rl.rollout.cpu_cores import local_cores
 from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
+from rl.rollout.episode_settings import episode_settings
 from rl.rollout.group_runner import GroupResult, run_group
-from rl.rollout.tool_workflow import ToolSettings, ToolWorkflow
 from rl.rollout.vllm_adapter import configure_cpu_threads, is_cpu_platform
-from rl.rollout.workflow import Episode, run_episodes
+from rl.rollout.workflow import Episode, Workflow, run_episodes
 from rl.shaping.factory import make_policy
 from rl.shaping.plain import PlainPolicy
 from rl.shaping.policy import GroupController, GroupPlan, ShapingPolicy
@@ -140,8 +140,10 @@ class RolloutBenchConfig(BaseModel):
     @model_validator(mode="after")
     def _no_raw_episodes(self) -> RolloutBenchConfig:
         if "raw" in self.modes and self.recipe is not None:
-            if ToolSettings.of(load_config(self.recipe, self.recipe_overrides)) is not None:
-                raise ValueError("mode raw is single-turn; the recipe's tools make episodes: run the other modes")
+            if episode_settings(load_config(self.recipe, self.recipe_overrides)) is not None:
+                raise ValueError(
+                    "mode raw is single-turn; the recipe's tools or workflow make episodes: run the other modes"
+                )
         return self
 
     @model_validator(mode="after")
@@ -263,9 +265,9 @@ class RolloutBench:
     """Runs the configured modes on one engine and collects one run dict per timed pass; with a ``workflow`` (default:
     the recipe's tools, if it has any) each sample is an episode."""
 
-    workflow: ToolWorkflow | None = None
+    workflow: Workflow | None = None
 
-    def __init__(self, cfg: RolloutBenchConfig, model_dir: str, workflow: ToolWorkflow | None = None) -> None:
+    def __init__(self, cfg: RolloutBenchConfig, model_dir: str, workflow: Workflow | None = None) -> None:
         self.cfg = cfg
         self.model_dir = model_dir
         run = load_config(cfg.recipe, cfg.recipe_overrides) if cfg.recipe is not None else None
@@ -277,7 +279,7 @@ class RolloutBench:
             draws = [sample_rows(split, cfg.prompts, cfg.seed + r) for r in range(cfg.repeats)]
             default_specs = [(f.spec, f.weight) for f in run.reward.functions]
             self.enforce_eager = run.rollout.enforce_eager  # GPU: CUDA graphs with rollout.enforce_eager=false
-            tools = ToolSettings.of(run)
+            tools = episode_settings(run)
             if workflow is None and tools is not None:
                 workflow = tools.build(self.encoder.tokenizer)
         else:

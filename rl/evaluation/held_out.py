@@ -27,7 +27,7 @@ from rl.output.trl_metrics import aliases
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
-from rl.rollout.tool_workflow import ToolSettings
+from rl.rollout.episode_settings import EpisodeSettings
 from rl.rollout.workflow import Episode, Workflow, environments
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
@@ -75,7 +75,7 @@ async def sample_and_score(
     samples: int = 1,
     progress: str | None = None,
     state: RewardState | None = None,
-    tools: Workflow | ToolSettings | None = None,
+    tools: Workflow | EpisodeSettings | None = None,
     on_problem: Callable[[], None] | None = None,
 ) -> list[ProblemRecord]:
     """Sample ``samples`` responses per row (one group per row, spread over ``workers``) and score them, with
@@ -180,7 +180,7 @@ async def evaluate(
     tag: str,
     samples: int = 1,
     state: RewardState | None = None,
-    tools: Workflow | ToolSettings | None = None,
+    tools: Workflow | EpisodeSettings | None = None,
     on_problem: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """Summary metrics (see ``summarize``) of ``samples`` responses per row (``state``, ``tools``, ``on_problem``:

@@ -36,7 +36,7 @@ from rl.models import BUILTIN_PREFIX
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec
-from rl.rollout.tool_workflow import ToolSettings
+from rl.rollout.episode_settings import episode_settings
 from rl.types import PromptRow
 
 log = logging.getLogger("rl.eval")
@@ -130,8 +130,8 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
 
 
 def prompt_ids(cfg: RunConfig, encoder: PromptEncoder) -> Callable[[PromptRow], list[int]]:
-    """A row's prompt tokens as the engine gets them: with tools, the episode's first prompt (their schemas in)."""
-    tools = ToolSettings.of(cfg)
+    """A row's prompt tokens as the engine gets them: with episodes, the episode's first prompt (tools' schemas in)."""
+    tools = episode_settings(cfg)
     return tools.build(encoder.tokenizer).prompt if tools else lambda row: encoder.encode(row.prompt)
 
 
@@ -214,7 +214,7 @@ async def eval_report(
     if temperature is None:
         temperature = cfg.eval.temperature if settings.samples == 1 else cfg.rollout.temperature
     sampling = held_out_sampling(cfg.rollout, settings.samples, temperature, max_tokens)
-    tools = ToolSettings.of(cfg)  # with tools, every sample is an episode whose calls run
+    tools = episode_settings(cfg)  # with tools or a workflow, every sample is an episode
     t0 = time.monotonic()
     own = None
     if workers is None:
@@ -267,10 +267,10 @@ async def eval_report(
 
 def engine_context(cfg: RunConfig, needed_len: int, positions: int | None = None) -> int:
     """The evaluation engine's context in tokens: ``needed_len`` (the longest prompt and the response cap), or with
-    tools, whose episodes grow past their first prompt, the recipe's ``rollout.max_model_len`` where that is more, cut
-    to the model's ``positions`` where known (a recipe made for a larger model)."""
+    episodes (tools, a workflow), which grow past their first prompt, the recipe's ``rollout.max_model_len`` where
+    that is more, cut to the model's ``positions`` where known (a recipe made for a larger model)."""
     r = cfg.rollout
-    if not ToolSettings.of(cfg):
+    if not episode_settings(cfg):
         return needed_len
     return max(min(r.max_model_len, positions or r.max_model_len), needed_len)
 

@@ -451,9 +451,19 @@ def _check_template_kwargs(encoder: PromptEncoder, cfg: RunConfig, rows: list[Pr
         )
 
 
+def _check_workflow(spec: str) -> None:
+    """``rollout.workflow`` names an async ``run(episode, row)`` (or a class with one) that loads here."""
+    from rl.rollout.user_workflow import load_workflow
+
+    try:
+        load_workflow(spec, os.getcwd())
+    except ValueError as e:
+        raise BadInput(f"rollout.workflow: {e}") from None
+
+
 def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -> dict[str, list[Any]]:
-    """``rollout.tools`` and ``rollout.environment``: each loads and is a documented tool, the run can take them
-    (chat prompts), the chat template renders their schemas and a tool's result. Sets
+    """``rollout.workflow`` loads; ``rollout.tools`` and ``rollout.environment``: each loads and is a documented
+    tool, the run can take them (chat prompts), the chat template renders their schemas and a tool's result. Sets
     ``encoder.tools``, so prompt lengths count the schemas the model will see. Returns the reward arguments the
     first row's episode adds (``environments``: an instance reset with the row), for the rewards' check."""
     from rl.rollout.tool_calls import CALL_SYNTAXES, UnknownCallSyntax
@@ -461,6 +471,8 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
     from rl.rollout.tool_workflow import ToolSettings, environment_name, reset_arguments, snapshot
     from rl.rollout.tools import environment_tools, load_environment, load_tool, tool_schema
 
+    if cfg.rollout.workflow is not None:
+        _check_workflow(cfg.rollout.workflow)
     settings = ToolSettings.of(cfg)
     if settings is None:
         _check_environment_reward(cfg, [])

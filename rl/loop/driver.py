@@ -71,11 +71,16 @@ def did_not_start(error: RayActorError, log_dir: Path) -> str | None:
     actor = re.search(r"error raised in its creation task, ray::(\w+)\.__init__\(\) \(pid=(\d+)", text)
     if actor is None:
         return None
+    log = log_dir / f"worker-{actor.group(2)}.log"
+    reason = _ENGINE_START_ERROR.sub("", last_raised(text))  # the engine's own error, as EngineStartError says it
+    return f"{actor.group(1)} did not start: {reason} (its traceback: {log if log.exists() else log_dir})"
+
+
+def last_raised(text: str) -> str:
+    """A remote error's text (a traceback) as one line: its last "SomeError: message" line, else its last line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     raised = [line for line in lines if _RAISED.match(line)] or lines  # "ValueError: ...", not its message's tail
-    log = log_dir / f"worker-{actor.group(2)}.log"
-    reason = _ENGINE_START_ERROR.sub("", raised[-1])  # the engine's own error, as EngineStartError says it
-    return f"{actor.group(1)} did not start: {reason} (its traceback: {log if log.exists() else log_dir})"
+    return raised[-1] if raised else ""
 
 
 _RAISED = re.compile(r"^[\w.]+(Error|Exception)\b.*: ")  # a traceback's last line: the exception and its message
@@ -356,7 +361,7 @@ class Driver:
                 log.debug("group %s failed: %s", row.prompt_id, e)
                 self._lost(worker)
             else:
-                log.error("group %s failed: %s", row.prompt_id, e)
+                log.error("group %s failed: %s", row.prompt_id, last_raised(str(e)) or type(e).__name__)
             if self.counters.rollout_errors > 10 * self.cfg.train.batch_groups:
                 self._stop("too many rollout errors")
         finally:
@@ -520,7 +525,7 @@ class Driver:
 
     async def _evaluate(self, tag: str) -> dict[str, float]:
         live, state = self.fleet.rollout.live, self._reward_state()
-        rows, sampling, tools = self.test_rows, self.eval_sampling, self.groups.tools  # tools: episodes, as in training
+        rows, sampling, tools = self.test_rows, self.eval_sampling, self.groups.episodes  # episodes, as in training
         progressed = self.stall.progressed  # each problem's samples are progress for the stall watch
         samples = self.cfg.eval.samples
         metrics = await evaluate(

@@ -19,8 +19,8 @@ from rl.output.metrics import correct
 from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
+from rl.rollout.episode_settings import episode_settings
 from rl.rollout.scorer_worker import ScorerClient
-from rl.rollout.tool_workflow import ToolSettings
 from rl.rollout.workflow import Episode, environments
 from rl.shaping.factory import make_policy, shaping_options
 from rl.shaping.idle_governor import IdleGovernor
@@ -53,7 +53,7 @@ class GroupMaker:
         self.counters, self.state, self.fail = counters, state, fail
         self.sampling = rollout_sampling(cfg.rollout)
         self.progress_every_tokens = cfg.shaping.progress_tokens
-        self.tools = ToolSettings.of(cfg)  # None: single-turn groups under the shaping policy
+        self.episodes = episode_settings(cfg)  # None: single-turn groups under the shaping policy
         self.m_keep = cfg.shaping.m_keep
         self.watch = RewardWatch(rewards.names, cfg.train.batch_groups)
         self.dynamic_sampling = DynamicSampling(cfg.algorithm, cfg.train.batch_groups)
@@ -80,9 +80,9 @@ class GroupMaker:
         group_id = f"g{next(self.group_ids)}-{row.prompt_id}"
         controller = self.policy.controller(plan)
         scorer = ScorerClient(self.scorer, row.prompt) if self.scorer else None
-        if self.tools is not None:
+        if self.episodes is not None:
             return await worker.generate_episodes.remote(
-                group_id, row, self.sampling, self.tools, controller, self.progress_every_tokens, scorer
+                group_id, row, self.sampling, self.episodes, controller, self.progress_every_tokens, scorer
             )
         prompt_tokens = self.encoder.encode(row.prompt)
         result = await worker.generate_group.remote(

@@ -1,0 +1,121 @@
+"""``rollout.workflow``: a user's episode logic on the real vLLM engine (the session's warm tiny-model worker), loaded
+from a file by the worker as a run loads it, trained on by the real trainer, and refused in one line when it cannot
+load."""
+
+import json
+
+import pytest
+import ray
+from rl.rollout.engine import SamplingSpec
+from rl.rollout.user_workflow import UserWorkflowSettings
+from rl.shaping.plain import PlainController
+from rl.shaping.policy import GroupPlan
+from rl.trainer.engine import TrainerSpec
+from rl.trainer.worker import TrainerWorker
+from small_runs import on_the_warm_engine, small_run
+
+from rl.cli.main import main
+from rl.loop.driver import run_training
+from rl.types import PromptRow
+
+pytestmark = pytest.mark.integration  # starts real Ray or vLLM
+
+ROW = PromptRow("w", "3+1=", "4")
+
+WORKFLOWS = '''
+SEEN = []
+
+
+async def answer_then_retry(episode, row):
+    """The model answers; told to try again, it answers once more."""
+    first = await episode.generate()
+    SEEN.append((row["prompt"], row["answer"], first.finish_reason))
+    episode.append("=")
+    await episode.generate()
+
+
+class Broken:
+    async def run(self, episode, row):
+        await episode.generate()
+        raise KeyError("no such tool")
+
+
+def not_async(episode, row):
+    return None
+
+
+async def one_argument(episode):
+    return None
+'''
+
+
+def workflow_file(tmp_path) -> str:
+    path = tmp_path / "workflows.py"
+    path.write_text(WORKFLOWS)
+    return str(path)
+
+
+def group(worker, spec: str, tag: str, n: int = 3):
+    settings = UserWorkflowSettings(spec, "/")
+    plain = PlainController(GroupPlan("w", n, n))
+    return ray.get(worker.generate_episodes.remote(tag, ROW, SamplingSpec(max_tokens=40), settings, plain))
+
+
+def test_a_workflow_file_runs_two_turns_with_feedback_between_and_the_trainer_agrees(
+    rollout_worker, tmp_path, tiny_model_dir, encode
+):
+    prompt, _, episodes = group(rollout_worker, f"{workflow_file(tmp_path)}:answer_then_retry", "two-turns")
+    assert prompt == encode("3+1=")  # the row's prompt as a single-turn run renders it
+    trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir))
+    for e in episodes:
+        s = e.sample
+        assert e.turns == 2 and e.messages == s.text  # a text prompt: rewards get the text after it
+        assert len(s.tokens) == len(s.logprobs) == len(s.loss_mask) == len(s.versions) <= 40
+        feedback = s.loss_mask.index(0)  # the appended "=": one id, not trained on, log-prob 0.0
+        assert s.loss_mask.count(0) == 1 and s.tokens[feedback] == encode("=")[-1] and s.logprobs[feedback] == 0.0
+        assert 1 in s.loss_mask[feedback:] or s.finish_reason == "length"  # a second sampled turn after it
+        recomputed = trainer.sequence_logprobs(prompt, s.tokens)
+        gaps = [abs(a - b) for a, b, m in zip(recomputed, s.logprobs, s.loss_mask, strict=True) if m == 1]
+        assert max(gaps) < 1e-3, f"largest gap {max(gaps)}"  # exactly what the engine sampled, turns and all
+
+
+def test_a_workflow_that_raises_fails_its_group_in_one_line(rollout_worker, tmp_path):
+    with pytest.raises(ray.exceptions.RayTaskError) as raised:
+        group(rollout_worker, f"{workflow_file(tmp_path)}:Broken", "broken")
+    last = [line for line in str(raised.value).splitlines() if "WorkflowError" in line][-1]
+    assert last.endswith(":Broken' raised KeyError: 'no such tool'")
+    assert ray.get(rollout_worker.stats.remote())["unfinished"] == 0  # nothing left running on the engine
+
+
+def test_a_run_trains_on_the_workflows_episodes(ray_session, rollout_worker, tmp_path):
+    spec = f"{workflow_file(tmp_path)}:answer_then_retry"
+    cfg = small_run(tmp_path, "wf", "train.max_steps=2", "train.max_staleness=0", f"rollout.workflow={spec}")
+    summary = run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
+    assert summary["steps"] == 2 and summary["rollout_errors"] == 0
+    records = [json.loads(line) for line in (tmp_path / "wf" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["turns"] for r in train] == [2 * r["samples_launched"] for r in train]  # every episode: two turns
+    assert all(r["skipped_nonfinite"] == 0 and r["logprob_gap"] < 1e-3 for r in train)  # on-policy: they agree
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("not_async", "not_async': run must be an async function of (episode, row)"),
+        ("one_argument", "one_argument': run takes two arguments, (episode, row)"),
+        ("missing", "workflows.py has no attribute 'missing'"),
+    ],
+)
+def test_a_workflow_that_cannot_run_is_one_line_before_any_actor(tmp_path, capsys, name, message):
+    spec = f"{workflow_file(tmp_path)}:{name}"
+    ray_before = ray.is_initialized()  # up only where an earlier test of this pytest worker started it
+    code = main(["train", "arith_tiny", f"output_dir={tmp_path}", f"rollout.workflow={spec}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "rollout.workflow: workflow spec" in err and message in err
+    assert len(err.splitlines()) == 1, err
+    assert ray.is_initialized() == ray_before  # refused before any actor
+
+
+def test_a_workflow_beside_tools_is_refused(tmp_path, capsys):
+    code = main(["train", "calc_tiny", f"output_dir={tmp_path}", "rollout.workflow=x.py:run"])
+    assert code == 2 and "workflow runs episodes of its own: drop tools and environment" in capsys.readouterr().err
