@@ -174,6 +174,8 @@ async def run_members(
     watched = progress_every_tokens > 0 and len(traces) > controller.plan.m_keep
     on_output = (lambda _trace: progressed.set()) if watched else None
     tasks = [asyncio.create_task(run(i)) for i in range(len(traces))]
+    for task in tasks:  # where one sample's run raised and ended the group, the others' errors are not news
+        task.add_done_callback(_retrieved)
     ticker = None
     if on_output is not None:
         read = decode if reads_text else _no_text
@@ -201,6 +203,12 @@ async def run_members(
             for task in pending:
                 task.cancel()
     return controller.kept(), scorer
+
+
+def _retrieved(task: asyncio.Task) -> None:
+    """Mark a finished task's exception as seen (asyncio logs "exception was never retrieved" otherwise)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def group_result(

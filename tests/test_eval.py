@@ -12,7 +12,7 @@ import pytest
 from rl.cli.common import recipe_path
 from rl.config import load_config
 from rl.data.arith import make_split
-from rl.evaluation.held_out import ProblemRecord, k_values, pass_at_k, summarize
+from rl.evaluation.held_out import EvaluationFailed, ProblemRecord, k_values, pass_at_k, summarize
 from rl.evaluation.offline import (
     EvalSettings,
     engine_context,
@@ -23,7 +23,7 @@ from rl.evaluation.offline import (
     run_eval,
 )
 from rl.inputs.preflight import BadInput
-from rl.output.console import eval_line
+from rl.output.console import eval_line, last_raised
 from rl.rewards.math import arith_exact, arith_steps
 
 
@@ -87,6 +87,29 @@ def test_summarize_by_hand():
         "[eval after] step 3: held-out accuracy 0.333, pass@4 0.667 (3 problems x 4 samples; the accuracy reward "
         "gave no value for 25% of samples)"
     )
+
+
+def test_problems_that_could_not_be_sampled_are_left_out_and_counted():
+    records = [
+        _record("a", [True, False], [10, 20], ["stop", "stop"]),
+        ProblemRecord("b", "1", [], [], [], [], "", error="WorkflowError: it raised"),
+        _record("c", [False, False], [1, 2], ["stop", "length"]),
+    ]
+    m = summarize(records)
+    assert (m["accuracy"], m["num_problems"], m["failed_problems"]) == (0.25, 2, 1)  # over a and c alone
+    assert m["truncated_frac"] == 0.25 and m["response_len_max"] == 20
+    assert eval_line("before", 0, m) == (
+        "[eval before] step 0: held-out accuracy 0.250, pass@2 0.500 (2 problems x 2 samples; 1 more could not be "
+        "sampled (left out))"
+    )
+    with pytest.raises(EvaluationFailed, match="none of the 1 held-out problems could be sampled: WorkflowError: it"):
+        summarize([records[1]])
+
+
+def test_a_remote_error_is_its_last_raised_line_without_its_module():
+    text = "ray::RolloutWorker.generate_episodes() (pid=1)\n  File x.py\nrl.rollout.user_workflow.WorkflowError: a: b"
+    assert last_raised(text) == "WorkflowError: a: b"
+    assert last_raised("ValueError: bad\n") == "ValueError: bad" and last_raised("no error here") == "no error here"
 
 
 def test_resolve_eval_model(tmp_path, tiny_model_dir):

@@ -351,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = parse_args(argv)
     start_logging(verbose=getattr(args, "verbose", False))
+    from rl.evaluation.held_out import EvaluationFailed
     from rl.inputs.preflight import BadInput
     from rl.rollout.engine import EngineStartError
 
@@ -364,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         from rl.output.console import keep_traceback
 
         print(f"the engine did not start: {e} (its traceback: {keep_traceback(e)})", file=sys.stderr)
+        return 1
+    except EvaluationFailed as e:  # rl eval: no problem could be sampled
+        print(f"evaluation failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C where no stop handler is in place (checks, a bench between runs)
         print("interrupted", file=sys.stderr)

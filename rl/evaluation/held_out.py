@@ -11,6 +11,7 @@ or an overlong penalty never change accuracy or pass@k. With tools (a recipe's `
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ import numpy as np
 from rl.config import RolloutConfig
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.groups import rollout_sampling
+from rl.output.console import last_raised
 from rl.output.metrics import length_stats
 from rl.output.progress import Progress
 from rl.output.trl_metrics import aliases
@@ -32,6 +34,13 @@ from rl.rollout.workflow import Episode, Workflow, environments
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.types import PromptRow
+
+
+class EvaluationFailed(Exception):
+    """No held-out problem could be sampled; one line with the last error."""
+
+
+log = logging.getLogger("rl.eval")
 
 
 @dataclass
@@ -46,6 +55,7 @@ class ProblemRecord:
     finish_reasons: list[str]
     first_text: str  # the first sample's response, for reading
     unscored: int = 0  # samples the accuracy reward gave no value (it failed, or returned None): counted wrong
+    error: str | None = None  # why no sample could be drawn (its group failed): the figures leave the problem out
 
     @property
     def num_correct(self) -> int:
@@ -98,7 +108,10 @@ async def sample_and_score(
 
     async def counted(i: int, row: PromptRow) -> Any:
         # the call is made here: a stop before this task starts leaves none unawaited (Python warns of those)
-        result = await launch(workers[i % len(workers)], row)
+        try:
+            result = await launch(workers[i % len(workers)], row)
+        except Exception as e:  # its group failed (a workflow or environment that raised, a dead worker): left out
+            result = last_raised(str(e)) or type(e).__name__
         if bar is not None:
             bar.advance()
         if on_problem is not None:
@@ -106,12 +119,43 @@ async def sample_and_score(
         return result
 
     try:
-        outs = await asyncio.gather(*(counted(i, row) for i, row in enumerate(rows)))
+        every = await asyncio.gather(*(counted(i, row) for i, row in enumerate(rows)))
     finally:
         if bar is not None:
             bar.close()
-    results = outs if tools is None else [result for _, result, _ in outs]  # episodes: (prompt, result, kept)
-    episodes: list[Episode] = [] if tools is None else [e for _, _, kept in outs for e in kept]
+    failed = [out for out in every if isinstance(out, str)]
+    if failed:
+        log.warning(
+            "held-out evaluation %s: %d of %d problems could not be sampled and are left out of its figures; the "
+            "last error: %s",
+            tag,
+            len(failed),
+            len(rows),
+            failed[-1],
+        )
+    sampled = [(row, out) for row, out in zip(rows, every, strict=True) if not isinstance(out, str)]
+    scored = iter(await _scored(sampled, encoder, rewards, state, tools is not None) if sampled else [])
+    return [
+        ProblemRecord(row.prompt_id, row.answer, [], [], [], [], "", error=out)
+        if isinstance(out, str)
+        else next(scored)
+        for row, out in zip(rows, every, strict=True)
+    ]
+
+
+async def _scored(
+    sampled: list[tuple[PromptRow, Any]],
+    encoder: PromptEncoder,
+    rewards: RewardPool,
+    state: RewardState | None,
+    episodic: bool,
+) -> list[ProblemRecord]:
+    """The records of the sampled problems: each row with its group's result (``episodic``: the episodes' call's
+    ``(prompt, result, kept)``), scored by ``rewards``."""
+    rows = [row for row, _ in sampled]
+    outs = [out for _, out in sampled]
+    results = outs if not episodic else [result for _, result, _ in outs]
+    episodes: list[Episode] = [] if not episodic else [e for _, _, kept in outs for e in kept]
     groups = [r.samples for r in results]
     flat_rows = [row for row, group in zip(rows, groups, strict=True) for _ in group]
     flat = [s for group in groups for s in group]
@@ -152,9 +196,14 @@ def held_out_sampling(rollout: RolloutConfig, samples: int, temperature: float, 
 
 def summarize(records: list[ProblemRecord]) -> dict[str, float]:
     """``accuracy`` (= pass@1), pass@k for ``k_values(n)``, mean reward, response lengths, truncated fraction, and
-    TRL's names for those it has one for (``rl.output.trl_metrics``)."""
+    TRL's names for those it has one for (``rl.output.trl_metrics``), over the problems that could be sampled
+    (``failed_problems``: those that could not). Raises ``EvaluationFailed`` when none could."""
     if not records:
         raise ValueError("no problems to summarize")
+    failed = [r for r in records if r.error is not None]
+    records = [r for r in records if r.error is None]
+    if not records:
+        raise EvaluationFailed(f"none of the {len(failed)} held-out problems could be sampled: {failed[-1].error}")
     n = min(len(r.correct) for r in records)
     pass_k = {k: np.mean([pass_at_k(len(r.correct), r.num_correct, k) for r in records]) for k in k_values(n)}
     lengths = [length for r in records for length in r.lengths]
@@ -165,6 +214,7 @@ def summarize(records: list[ProblemRecord]) -> dict[str, float]:
         "truncated_frac": float(np.mean([f == "length" for r in records for f in r.finish_reasons])),
         "unscored_frac": float(sum(r.unscored for r in records) / sum(len(r.correct) for r in records)),
         "num_problems": float(len(records)),
+        "failed_problems": float(len(failed)),
         "samples_per_problem": float(n),
         **length_stats(lengths),
     }

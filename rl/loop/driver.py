@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from rl.config import RunConfig
 from rl.data.stream import PromptStream
-from rl.evaluation.held_out import evaluate, held_out_sampling
+from rl.evaluation.held_out import EvaluationFailed, evaluate, held_out_sampling
 from rl.inputs.preflight import RunInputs, preflight
 from rl.loop import checkpoint, placement
 from rl.loop.actors import ActorStarter, form_process_group, link_ray_logs, start_fleet, start_ray
@@ -38,7 +38,7 @@ from rl.loop.stall import StallWatch, rollout_state, warn_of_stalls
 from rl.loop.steps import RunStopped, batch_step, streamed_step
 from rl.loop.weight_sync import WeightSync
 from rl.output.completions import completion_rows
-from rl.output.console import eval_line, step_postfix
+from rl.output.console import eval_line, last_raised, step_postfix
 from rl.output.metrics import MetricsLogger, summarize_groups
 from rl.output.progress import Progress
 from rl.output.provenance import stack_versions
@@ -76,14 +76,6 @@ def did_not_start(error: RayActorError, log_dir: Path) -> str | None:
     return f"{actor.group(1)} did not start: {reason} (its traceback: {log if log.exists() else log_dir})"
 
 
-def last_raised(text: str) -> str:
-    """A remote error's text (a traceback) as one line: its last "SomeError: message" line, else its last line."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    raised = [line for line in lines if _RAISED.match(line)] or lines  # "ValueError: ...", not its message's tail
-    return raised[-1] if raised else ""
-
-
-_RAISED = re.compile(r"^[\w.]+(Error|Exception)\b.*: ")  # a traceback's last line: the exception and its message
 _ENGINE_START_ERROR = re.compile(r"^[\w.]*\bEngineStartError: ")
 
 
@@ -120,6 +112,7 @@ class Driver:
             raise checkpoint.CheckpointError(f"{resume}: the training rows changed since it was written")
         self.stream = PromptStream(self.train_rows, cfg.train.batch_groups, cfg.seed, saved.get("stream"))
         self.unfinished: set[int] = set()  # stream positions started and neither trained nor dropped yet
+        self.group_errors: set[str] = set()  # the errors groups failed with, each logged once
         self.encoder = inputs.encoder
         shaping = checkpoint.read_shaping(resume) if resume else new_shaping(cfg)
         self.policy, self.governor = shaping["policy"], shaping["governor"]
@@ -360,8 +353,11 @@ class Driver:
             if isinstance(e, RayActorError):  # the pool says once that the worker died; each of its groups, here
                 log.debug("group %s failed: %s", row.prompt_id, e)
                 self._lost(worker)
-            else:
-                log.error("group %s failed: %s", row.prompt_id, last_raised(str(e)) or type(e).__name__)
+            elif (error := last_raised(str(e)) or type(e).__name__) not in self.group_errors:
+                self.group_errors.add(error)
+                log.error(
+                    "group %s failed: %s (groups failing so again: counted in rollout_errors)", row.prompt_id, error
+                )
             if self.counters.rollout_errors > 10 * self.cfg.train.batch_groups:
                 self._stop("too many rollout errors")
         finally:
@@ -528,9 +524,12 @@ class Driver:
         rows, sampling, tools = self.test_rows, self.eval_sampling, self.groups.episodes  # episodes, as in training
         progressed = self.stall.progressed  # each problem's samples are progress for the stall watch
         samples = self.cfg.eval.samples
-        metrics = await evaluate(
-            rows, live, self.encoder, self.rewards, sampling, tag, samples, state, tools, on_problem=progressed
-        )
+        try:
+            metrics = await evaluate(
+                rows, live, self.encoder, self.rewards, sampling, tag, samples, state, tools, on_problem=progressed
+            )
+        except EvaluationFailed as e:
+            raise RunFailed(f"the held-out evaluation {tag} failed: {e}") from None
         self.logger.log(self.version, metrics, kind="eval")
         tqdm.write(eval_line(tag, self.version, metrics))  # above the training bar, which a print would break
         return metrics

@@ -271,12 +271,23 @@ def step_postfix(metrics: dict[str, float]) -> str:
     )
 
 
+_RAISED = re.compile(r"^[\w.]+(Error|Exception)\b.*: ")  # a traceback's last line: the exception and its message
+
+
+def last_raised(text: str) -> str:
+    """A remote error's text (a traceback) as one line: its last "SomeError: message" line, else its last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    raised = [line for line in lines if _RAISED.match(line)] or lines  # "ValueError: ...", not its message's tail
+    return re.sub(r"^[\w.]+\.(?=\w+(Error|Exception)\b)", "", raised[-1]) if raised else ""  # the class, not its module
+
+
 def eval_line(tag: str, step: int, metrics: dict[str, float]) -> str:
     """A held-out evaluation's line: its tag, the trainer's step, the accuracy (with several samples a problem, and
-    pass@k at the most samples), how many problems, and the share of samples the accuracy reward gave no value
-    (counted wrong), if any."""
-    unscored = metrics.get("unscored_frac", 0.0)
+    pass@k at the most samples), how many problems, the share of samples the accuracy reward gave no value
+    (counted wrong), if any, and the problems that could not be sampled (left out), if any."""
+    unscored, failed = metrics.get("unscored_frac", 0.0), int(metrics.get("failed_problems", 0))
     caveat = f"; the accuracy reward gave no value for {unscored:.0%} of samples" if unscored else ""
+    caveat += f"; {failed} more could not be sampled (left out)" if failed else ""
     k = int(metrics.get("samples_per_problem", 1))
     best = f", pass@{k} {metrics[f'pass@{k}']:.3f}" if k > 1 else ""
     each = f" x {k} samples" if k > 1 else ""
