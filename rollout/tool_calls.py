@@ -10,6 +10,9 @@ turn that calls a probe tool, and the way the call comes out picks the reader. A
   (Qwen3.5, Qwen3.6, Qwen3-Coder), values as text, each typed by the tool's schema: text for a string argument,
   else JSON (``7``, ``true``, ``[1, 2]``).
 - ``BareJson``: the whole turn is ``{"name": ..., "parameters": {...}}``, several joined by ``;`` (Llama 3.1-3.3).
+- ``MistralList``: ``[TOOL_CALLS] [{"name": ..., "arguments": {...}, "id": ...}, ...]`` (Mistral 7B v0.3, Mistral
+  Nemo, Mistral Small 3.0/3.1, Mixtral 8x22B); the ids are kept, for the results to name.
+- ``MistralArgs``: ``[TOOL_CALLS]NAME[ARGS]{...}`` for each call (Mistral Small 3.2, Magistral, Devstral).
 - ``ResponseTemplate``: ``tokenizer.parse_response`` with the tokenizer's own template.
 
 A call a reader finds but cannot use (broken JSON, arguments that are not an object) is ``ToolCall(name or "?",
@@ -28,12 +31,15 @@ Schemas = list[dict[str, Any]]
 PROBE = "tailor_probe"  # the tool the probe turn calls, with arguments {"x": 1}
 PROBE_CALL = {"id": "tailor001", "type": "function", "function": {"name": PROBE, "arguments": {"x": 1}}}
 CALL_SYNTAXES = (  # what a refusal names
-    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder and Llama 3.1-3.3 templates, and of "
-    "any tokenizer with a response_template"
+    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3 and Mistral "
+    "templates, and of any tokenizer with a response_template"
 )
 TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 XML_NAME = re.compile(r"<function=(?P<name>[^>\n]+)>")
 XML_PARAMETER = re.compile(r"<parameter=(?P<key>[^>\n]+)>\n?(?P<value>.*?)\n?</parameter>", re.DOTALL)
+MISTRAL_CALLS = "[TOOL_CALLS]"  # Mistral's marker before a turn's calls (a special token)
+MISTRAL_ARGS = "[ARGS]"  # between a call's name and its arguments, from Mistral's v11 tokenizers on
+TOOL_NAME = re.compile(r"[\w.-]+")  # a tool's name: a Python function's, or an environment method's
 
 
 class UnknownCallSyntax(ValueError):
@@ -108,6 +114,52 @@ class BareJson:
         return ""  # a turn that calls is its calls alone
 
 
+class MistralList:
+    """``[TOOL_CALLS]`` and a JSON list of calls, each with its ``id``."""
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        if MISTRAL_CALLS not in text:
+            return []
+        body = text.split(MISTRAL_CALLS, 1)[1].lstrip()
+        try:
+            calls, _ = json.JSONDecoder().raw_decode(body)
+        except json.JSONDecodeError:
+            return [ToolCall("?", None)]
+        if not isinstance(calls, list):
+            return [ToolCall("?", None)]
+        read = [_call_of(call, "arguments") for call in calls]
+        ids = [call.get("id") if isinstance(call, dict) else None for call in calls]
+        return [
+            ToolCall(c.name, c.arguments, i if isinstance(i, str) else None) for c, i in zip(read, ids, strict=True)
+        ]
+
+    def without_calls(self, text: str) -> str:
+        return text.split(MISTRAL_CALLS, 1)[0]
+
+
+class MistralArgs:
+    """``[TOOL_CALLS]NAME[ARGS]{...}``, the marker before each call."""
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        calls = []
+        for chunk in text.split(MISTRAL_CALLS)[1:]:
+            head, marker, rest = chunk.partition(MISTRAL_ARGS)
+            named = TOOL_NAME.match(head.strip())
+            name = named.group(0) if named else "?"
+            if not marker:
+                calls.append(ToolCall(name, None))
+                continue
+            try:
+                arguments, _ = json.JSONDecoder().raw_decode(rest.lstrip())
+            except json.JSONDecodeError:
+                arguments = None
+            calls.append(ToolCall(name, arguments if isinstance(arguments, dict) else None))
+        return calls
+
+    def without_calls(self, text: str) -> str:
+        return text.split(MISTRAL_CALLS, 1)[0]
+
+
 class ResponseTemplate:
     """The tokenizer's own ``response_template``, through ``tokenizer.parse_response`` (arguments typed by the
     tools' schemas). A turn it cannot parse has no calls, as in TRL."""
@@ -152,6 +204,10 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
         return JsonInTags()
     if re.search(rf"(^|[>\n])\s*\{{\s*\"name\":\s*\"{PROBE}\",\s*\"(parameters|arguments)\"", text):
         return BareJson(list(tokenizer.all_special_tokens))  # the object opens the turn: not in a list, not quoted
+    if re.search(rf"{re.escape(MISTRAL_CALLS)}\s*\[\s*\{{[^\]]*\"{PROBE}\"", text):
+        return MistralList()
+    if f"{MISTRAL_CALLS}{PROBE}{MISTRAL_ARGS}" in text:
+        return MistralArgs()
     at = text.find(PROBE)
     if at < 0:
         raise UnknownCallSyntax("its chat template drops an assistant's tool calls")

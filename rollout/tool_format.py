@@ -35,9 +35,9 @@ class ToolFormat(Protocol):
     def prose(self, ids: list[int]) -> str:
         """The text of a model turn that called tools, its calls' markup taken out (TRL's ``content``)."""
 
-    def results(self, results: list[tuple[str, str]]) -> list[int]:
-        """The ids that follow the model's end-of-turn token: each (tool name, result text) as a tool message, then
-        the next assistant header."""
+    def results(self, results: list[tuple[str, str]], ids: list[str | None] | None = None) -> list[int]:
+        """The ids that follow the model's end-of-turn token: each (tool name, result text) as a tool message naming
+        its call's id (``ids``: those the model gave, where it gave any), then the next assistant header."""
 
     def decode(self, ids: list[int]) -> str:
         """Text of ids, special tokens dropped."""
@@ -79,13 +79,30 @@ class ChatTemplateFormat:
             text = text.replace(token, "")
         return text.strip()
 
-    def results(self, results: list[tuple[str, str]]) -> list[int]:
-        """The template's tool messages and next header in a stand-in conversation whose assistant turn called the
-        first tool: what follows the end-of-turn token that closes that turn (as many such tokens in as the
-        conversation up to the turn renders)."""
-        called = [{"type": "function", "function": {"name": results[0][0], "arguments": {}}}]
+    def results(self, results: list[tuple[str, str]], ids: list[str | None] | None = None) -> list[int]:
+        """The template's tool messages and next header in a stand-in conversation whose assistant turn made the
+        calls: what follows the end-of-turn token that closes that turn (as many such tokens in as the conversation
+        up to the turn renders). Each call has the id the model gave it, or a stand-in of Mistral's form (9
+        letters and digits), also where the template refuses the model's."""
+        given = ids or [None] * len(results)
+        stand_ins = [f"call{i:05d}" for i in range(len(results))]
+        try:
+            return self._results(results, [g or s for g, s in zip(given, stand_ins, strict=True)])
+        except Exception:  # the template refused an id the model wrote (Mistral's must be 9 letters and digits)
+            if given == stand_ins or not any(given):
+                raise
+            return self._results(results, stand_ins)
+
+    def _results(self, results: list[tuple[str, str]], ids: list[str]) -> list[int]:
+        called = [
+            {"id": i, "type": "function", "function": {"name": name, "arguments": {}}}
+            for i, (name, _) in zip(ids, results, strict=True)
+        ]
         before = [{"role": "user", "content": "-"}, {"role": "assistant", "content": "", "tool_calls": called}]
-        tools = [{"role": "tool", "name": name, "content": content} for name, content in results]
+        tools = [
+            {"role": "tool", "name": name, "content": content, "tool_call_id": i}
+            for i, (name, content) in zip(ids, results, strict=True)
+        ]
         turns = sum(t in self.turn_ends for t in self._ids(before, generation_prompt=False))
         full = self._ids(before + tools, generation_prompt=True)
         ends = [i for i, t in enumerate(full) if t in self.turn_ends]

@@ -79,7 +79,7 @@ class ToolWorkflow:
                 break
             results = list(zip([c.name for c in calls], contents, strict=True))
             said += [{"role": "tool", "name": name, "content": content} for name, content in results]
-            ids = self.format.results(results)
+            ids = self.format.results(results, [c.id for c in calls])
             if len(trace.ids) + len(ids) >= sampling.max_tokens:
                 finish = "length"  # no room left for the results and a reply to them
                 break

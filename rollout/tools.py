@@ -26,14 +26,17 @@ NOT_TOOLS = ("reset", "get_reward")  # an environment's methods that TRL does no
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One call the model asked for: a tool's name and its keyword arguments (``None``: the call was unusable)."""
+    """One call the model asked for: a tool's name and its keyword arguments (``None``: the call was unusable), and
+    the id it gave the call where its syntax has one (Mistral's), which its result names."""
 
     name: str
     arguments: dict[str, Any] | None
+    id: str | None = None
 
     def message(self) -> dict[str, Any]:
         """The call as an entry of an assistant message's ``tool_calls``, in TRL's and transformers' shape."""
-        return {"type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        call = {"type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        return call if self.id is None else {"id": self.id, **call}
 
 
 @dataclass

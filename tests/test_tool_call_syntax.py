@@ -3,14 +3,31 @@ template's own rendering of a call, reads back the calls the template writes, wi
 ids join the sampled turn as the template renders what follows it; a syntax no reader reads is refused by name."""
 
 import pytest
-from rl.rollout.tool_calls import BareJson, JsonInTags, ResponseTemplate, UnknownCallSyntax, XmlInTags, call_reader
+from rl.rollout.tool_calls import (
+    BareJson,
+    JsonInTags,
+    MistralArgs,
+    MistralList,
+    ResponseTemplate,
+    UnknownCallSyntax,
+    XmlInTags,
+    call_reader,
+)
 from rl.rollout.tool_format import ChatTemplateFormat
 from rl.rollout.tools import ToolCall, tool_schema
 from tool_chat import byte_chat_tokenizer
 
 from rl.types import assistant_message
 
-FAMILIES = {"qwen": JsonInTags, "qwen3": JsonInTags, "qwen3.5": XmlInTags, "llama3": BareJson}
+FAMILIES = {
+    "qwen": JsonInTags,
+    "qwen3": JsonInTags,
+    "qwen3.5": XmlInTags,
+    "llama3": BareJson,
+    "mistral": MistralList,
+    "mistral11": MistralArgs,
+}
+CALL_ID = "call00000"  # Mistral's templates take 9 letters and digits; the others ignore it
 USER = [{"role": "user", "content": "Weather in 75001?"}]
 
 
@@ -33,7 +50,7 @@ def called(name: str, arguments: dict) -> dict:
     return {
         "role": "assistant",
         "content": "",
-        "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}],
+        "tool_calls": [{"id": CALL_ID, "type": "function", "function": {"name": name, "arguments": arguments}}],
     }
 
 
@@ -52,7 +69,8 @@ def test_the_template_picks_the_reader_and_its_calls_are_read_back_typed(family)
     fmt = ChatTemplateFormat(byte_chat_tokenizer(family))
     assert type(fmt.reader) is FAMILIES[family]
     turn = sampled_turn(fmt, [*USER, called("forecast", ARGUMENTS)])
-    assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]
+    with_id = CALL_ID if family == "mistral" else None  # the one syntax whose calls carry their id
+    assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS, with_id)]
     assert assistant_message(fmt.prose(turn))["content"] == ""  # the turn is its call alone (Qwen3: and a think block)
     answer = fmt.tokenizer.encode("It is sunny.", add_special_tokens=False) + [fmt.end_of_turn]
     assert fmt.calls(answer, [tool_schema(forecast)]) == []
@@ -67,7 +85,10 @@ def test_results_are_what_the_template_renders_after_the_sampled_turn(family):
     conversation = [*USER, called("forecast", ARGUMENTS)]
     prompt, turn = fmt.prompt(USER, []), sampled_turn(fmt, conversation)
     results = fmt.results([("forecast", "sunny"), ("forecast", "rain")])
-    tools = [{"role": "tool", "name": "forecast", "content": c} for c in ("sunny", "rain")]
+    tools = [
+        {"role": "tool", "name": "forecast", "content": c, "tool_call_id": f"call0000{i}"}
+        for i, c in enumerate(("sunny", "rain"))
+    ]  # the stand-in ids of results given none
     whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
     assert whole[-len(results) :] == results and "sunny" in fmt.decode(results) and "rain" in fmt.decode(results)
     if family == "qwen3":
@@ -89,6 +110,38 @@ def test_bare_json_reads_several_calls_and_leaves_answers_alone():
     assert read('{"answer": 5}') == [] and read("The answer is 5.") == []  # JSON that names no tool is an answer
     assert read('{"name": "add", "parameters": [1]}') == [ToolCall("add", None)]
     assert read('{"name": "add", "parameters": {"a": 1') == [ToolCall("?", None)]
+
+
+def test_mistral_calls_keep_their_ids_for_the_results_to_name():
+    fmt = ChatTemplateFormat(byte_chat_tokenizer("mistral"))
+
+    def read(text: str) -> list[ToolCall]:
+        return fmt.calls(fmt.tokenizer.encode(text, add_special_tokens=False) + [fmt.end_of_turn], [])
+
+    two = '[TOOL_CALLS] [{"name": "add", "arguments": {"a": 1}, "id": "a1b2c3d4e"}, {"name": "mul", "arguments": "{}"}]'
+    assert read(two) == [ToolCall("add", {"a": 1}, "a1b2c3d4e"), ToolCall("mul", {})]
+    assert read(" The answer is 5.") == [] and fmt.prose(fmt.tokenizer.encode(" 5</s>")) == "5"
+    assert read("[TOOL_CALLS] [{") == [ToolCall("?", None)] and read('[TOOL_CALLS] {"a": 1}') == [ToolCall("?", None)]
+    named = fmt.decode(fmt.results([("add", "3"), ("mul", "0")], ["a1b2c3d4e", None]))
+    assert '"call_id": "a1b2c3d4e"' in named and '"call_id": "call00001"' in named  # the model's id, else a stand-in
+    refused = fmt.decode(fmt.results([("add", "3")], ["too-long-an-id"]))  # the template refuses it: stand-ins
+    assert '"call_id": "call00000"' in refused
+
+
+def test_mistral_v11_calls_are_each_named_before_their_arguments():
+    fmt = ChatTemplateFormat(byte_chat_tokenizer("mistral11"))
+
+    def read(text: str) -> list[ToolCall]:
+        return fmt.calls(fmt.tokenizer.encode(text, add_special_tokens=False) + [fmt.end_of_turn], [])
+
+    assert read('Let me add.[TOOL_CALLS]add[ARGS]{"a": 1}[TOOL_CALLS]mul[ARGS]{"b": 2}') == [
+        ToolCall("add", {"a": 1}),
+        ToolCall("mul", {"b": 2}),
+    ]
+    assert fmt.prose(fmt.tokenizer.encode('Let me add.[TOOL_CALLS]add[ARGS]{"a": 1}')) == "Let me add."
+    assert read("[TOOL_CALLS]add[ARGS]{oops") == [ToolCall("add", None)] and read("[TOOL_CALLS]add") == [
+        ToolCall("add", None)
+    ]
 
 
 def test_xml_calls_without_a_function_or_a_schema_are_still_read():
@@ -128,10 +181,8 @@ def test_a_tokenizers_own_response_template_reads_its_calls():
 
 
 def test_a_syntax_no_reader_reads_is_refused_showing_it():
-    with pytest.raises(
-        UnknownCallSyntax, match=r"does not read \(\.\.\..*\[TOOL_CALLS\]\[\{\"name\": \"tailor_probe\""
-    ):
-        call_reader(byte_chat_tokenizer("mistral"))
+    with pytest.raises(UnknownCallSyntax, match=r"does not read \(\.\.\..*<tool_call>tailor_probe\\n<arg_key>x"):
+        call_reader(byte_chat_tokenizer("glm"))
     plain = byte_chat_tokenizer("qwen")
     plain.chat_template = "{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
     with pytest.raises(UnknownCallSyntax, match="drops an assistant's tool calls"):

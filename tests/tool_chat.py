@@ -70,15 +70,36 @@ GEMMA_TEMPLATE = (  # turns end on <end_of_turn>, which is not the tokenizer's E
     "<end_of_turn>{{ '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}<start_of_turn>model{{ '\\n' }}{% endif %}"
 )
-MISTRAL_TEMPLATE = (  # a syntax Tailor does not read: [TOOL_CALLS] and a JSON list
-    "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
+MISTRAL_TEMPLATE = (  # [TOOL_CALLS] and a JSON list of calls with 9-character ids, which each result names
+    "<s>{% for m in messages %}"
+    "{% if m.role == 'user' %}{% if tools and loop.last %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]"
+    "{% endif %}[INST]{{ m.content }}[/INST]"
+    "{% elif m.tool_calls %}[TOOL_CALLS] [{% for c in m.tool_calls %}"
+    "{% if c.id is not defined or c.id | length != 9 %}{{ raise_exception('Tool call IDs should be 9 long') }}"
+    "{% endif %}{{ {'name': c.function.name, 'arguments': c.function.arguments, 'id': c.id} | tojson }}"
+    "{% if not loop.last %}, {% endif %}{% endfor %}]</s>"
+    "{% elif m.role == 'tool' %}{% if m.tool_call_id is not defined or m.tool_call_id | length != 9 %}"
+    "{{ raise_exception('Tool call IDs should be 9 long') }}{% endif %}"
+    "[TOOL_RESULTS]{{ {'content': m.content, 'call_id': m.tool_call_id} | tojson }}[/TOOL_RESULTS]"
+    "{% else %} {{ m.content }}</s>{% endif %}"
+    "{% endfor %}"
+)
+MISTRAL11_TEMPLATE = (  # [TOOL_CALLS]NAME[ARGS]{...} for each call; results without ids
+    "<s>{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}"
     "{% for m in messages %}"
     "{% if m.role == 'user' %}[INST]{{ m.content }}[/INST]"
-    "{% elif m.tool_calls %}[TOOL_CALLS][{% for c in m.tool_calls %}"
-    "{{ {'name': c.function.name, 'arguments': c.function.arguments, 'id': c.id} | tojson }}{% endfor %}]</s>"
+    "{% elif m.tool_calls %}{{ m.content or '' }}{% for c in m.tool_calls %}[TOOL_CALLS]{{ c.function.name }}[ARGS]"
+    "{{ c.function.arguments | tojson }}{% endfor %}</s>"
     "{% elif m.role == 'tool' %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]"
     "{% else %}{{ m.content }}</s>{% endif %}"
     "{% endfor %}"
+)
+GLM_TEMPLATE = (  # a syntax Tailor does not read: keys and values as tag pairs
+    "{% if tools %}<|system|>\n{{ tools | tojson }}{% endif %}{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}\n"
+    "{% for k, v in c.function.arguments.items() %}<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v }}</arg_value>\n"
+    "{% endfor %}</tool_call>{% endfor %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 TEMPLATES = {
     "qwen": TEMPLATE,
@@ -86,17 +107,33 @@ TEMPLATES = {
     "qwen3.5": QWEN35_TEMPLATE,
     "llama3": LLAMA3_TEMPLATE,
     "gemma": GEMMA_TEMPLATE,
+    "mistral": MISTRAL_TEMPLATE,
+    "mistral11": MISTRAL11_TEMPLATE,
+    "glm": GLM_TEMPLATE,
 }
+MISTRAL_SPECIALS = [
+    *(
+        "[AVAILABLE_TOOLS]",
+        "[/AVAILABLE_TOOLS]",
+        "[INST]",
+        "[/INST]",
+        "[TOOL_CALLS]",
+        "[TOOL_RESULTS]",
+        "[/TOOL_RESULTS]",
+    )
+]
 QWEN_SPECIALS = ("<|im_end|>", ["<|im_start|>"], ["<tool_call>", "</tool_call>"])  # EOS, other specials, added
 SPECIALS = {
     "llama3": ("<|eot_id|>", ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|python_tag|>"], []),
     "gemma": ("<eos>", ["<bos>", "<start_of_turn>", "<end_of_turn>"], ["<tool_call>", "</tool_call>"]),
-    "mistral": ("</s>", ["[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[INST]", "[/INST]", "[TOOL_CALLS]"], []),
+    "mistral": ("</s>", ["<s>", *MISTRAL_SPECIALS], []),
+    "mistral11": ("</s>", ["<s>", *MISTRAL_SPECIALS, "[ARGS]"], []),
+    "glm": ("<|user|>", ["<|assistant|>", "<|observation|>", "<|system|>"], ["<tool_call>", "</tool_call>"]),
 }
 
 
 def byte_chat_tokenizer(family: str = "qwen") -> Any:
-    """Bytes as tokens (no merges) with the chat template of ``family`` (``TEMPLATES``, or ``mistral``): for Qwen's,
+    """Bytes as tokens (no merges) with the chat template of ``family`` (``TEMPLATES``): for Qwen's,
     ``<|im_start|>``/``<|im_end|>`` special (the latter the EOS), ``<tool_call>`` and ``</tool_call>`` plain added
     tokens as in Qwen's vocabulary; for Llama 3's, its header tokens special and ``<|eot_id|>`` the EOS."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -110,7 +147,7 @@ def byte_chat_tokenizer(family: str = "qwen") -> Any:
     eos, specials, added = SPECIALS.get(family, QWEN_SPECIALS)
     fast.add_special_tokens({"eos_token": eos, "additional_special_tokens": specials})
     fast.add_tokens(added)
-    fast.chat_template = TEMPLATES.get(family, MISTRAL_TEMPLATE)
+    fast.chat_template = TEMPLATES[family]
     return fast
 
 
@@ -130,7 +167,7 @@ class EveryTurnCalls:
     def prose(self, ids: list[int]) -> str:
         return self.decode(ids)  # the calls carry the turn as their argument: nothing is markup
 
-    def results(self, results: list[tuple[str, str]]) -> list[int]:
+    def results(self, results: list[tuple[str, str]], ids: list[str | None] | None = None) -> list[int]:
         digits = "".join(";" + "".join(c for c in content if c.isdigit()) for _, content in results)
         return self.tokenizer(digits, add_special_tokens=False)["input_ids"]
 
