@@ -75,12 +75,15 @@ class EpisodeContext:
         """Whether the shaping controller stopped the episode: ``generate`` samples nothing more."""
         return self._trace.stopped
 
-    async def generate(self) -> Turn:
-        """Sample the model's next turn after the prompt and everything appended so far."""
+    async def generate(self, max_tokens: int | None = None) -> Turn:
+        """Sample the model's next turn after the prompt and everything appended so far, of at most ``max_tokens``
+        (and what is left of ``rollout.max_tokens``)."""
+        if max_tokens is not None and max_tokens < 1:
+            raise WorkflowError(f"generate(max_tokens={max_tokens}): give at least 1")
         if self.stopped or self.remaining <= 0:
             self._finish = "abort" if self.stopped else "length"
             return Turn([], "", self._finish)
-        budget = replace(self._sampling, max_tokens=self.remaining)
+        budget = replace(self._sampling, max_tokens=min(self.remaining, max_tokens or self.remaining))
         turn = await self._trace.sample(self._engine, self.prompt_ids + self._trace.ids, budget)
         self._finish = turn.finish_reason or "abort"
         return Turn(list(turn.tokens), self.tokenizer.decode(turn.tokens, skip_special_tokens=True), self._finish)

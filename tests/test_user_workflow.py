@@ -31,7 +31,7 @@ async def answer_then_retry(episode, row):
     first = await episode.generate()
     SEEN.append((row["prompt"], row["answer"], first.finish_reason))
     episode.append("=")
-    await episode.generate()
+    await episode.generate(max_tokens=5)
 
 
 class Broken:
@@ -80,7 +80,7 @@ def test_a_workflow_file_runs_two_turns_with_feedback_between_and_the_trainer_ag
         assert len(s.tokens) == len(s.logprobs) == len(s.loss_mask) == len(s.versions) <= 40
         feedback = s.loss_mask.index(0)  # the appended "=": one id, not trained on, log-prob 0.0
         assert s.loss_mask.count(0) == 1 and s.tokens[feedback] == encode("=")[-1] and s.logprobs[feedback] == 0.0
-        assert 1 in s.loss_mask[feedback:] or s.finish_reason == "length"  # a second sampled turn after it
+        assert 1 <= s.loss_mask[feedback:].count(1) <= 5 or s.finish_reason == "length"  # a second turn, capped at 5
         recomputed = trainer.sequence_logprobs(prompt, s.tokens)
         gaps = [abs(a - b) for a, b, m in zip(recomputed, s.logprobs, s.loss_mask, strict=True) if m == 1]
         assert max(gaps) < 1e-3, f"largest gap {max(gaps)}"  # exactly what the engine sampled, turns and all
