@@ -1067,3 +1067,18 @@ def test_a_model_cache_that_cannot_be_written_is_one_line(tmp_path, capsys, noth
     cache = tmp_path / "a_file" / "cache"
     assert err.startswith(f"bad input: model.path: builtin:arith-tiny could not be built in {cache} (Not a directory: ")
     assert err.endswith("); set TAILOR_CACHE to a folder you can write to") and len(err.splitlines()) == 1
+
+
+def test_truncated_sampling_under_coupled_ppo_is_warned_of_once(caplog):
+    from rl.inputs.preflight import _warn_of_truncated_sampling
+
+    for overrides, warned in (
+        (["rollout.top_p=0.9", "rollout.min_p=0.05"], "rollout.top_p=0.9, rollout.min_p=0.05: vLLM reports the"),
+        (["rollout.top_p=0.9", "algorithm.decoupled=true"], None),  # the trainer's own log-probs anchor the clip
+        (["rollout.temperature=0.7"], None),  # the trainer scores at the rollout temperature: no gap
+    ):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            _warn_of_truncated_sampling(load_config("recipes/arith_tiny.yaml", overrides))
+        said = [r.getMessage() for r in caplog.records]
+        assert [m[: len(warned)] for m in said] == ([warned] if warned else []), said

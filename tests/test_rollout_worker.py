@@ -28,6 +28,28 @@ def test_plain_group_returns_m_samples_with_logprobs_and_versions(rollout_worker
     assert result.generated_tokens == sum(len(s.tokens) for s in result.samples)
 
 
+def test_the_trainer_scores_samples_at_the_temperature_they_were_drawn_at(rollout_worker, encode, tiny_model_dir):
+    """vLLM reports the log-probs of the distribution it sampled from, logits / temperature; the trainer's log-probs
+    are taken at the run's rollout temperature too, so on-policy the two agree (at 1 they did not: a biased ratio)."""
+    from rl.trainer.engine import TrainerSpec
+    from rl.trainer.worker import TrainerWorker
+
+    plan, prompt = GroupPlan(prompt_id="t", n_launch=4, m_keep=4), encode("3+1=")
+    sampling = SamplingSpec(max_tokens=24, temperature=0.6)
+    samples = ray.get(rollout_worker.generate_group.remote("temp", prompt, sampling, PlainController(plan))).samples
+    at_temperature, at_one = (
+        TrainerWorker(TrainerSpec(tiny_model_dir, temperature=0.6)),
+        TrainerWorker(TrainerSpec(tiny_model_dir)),
+    )
+    for trainer, agrees in ((at_temperature, True), (at_one, False)):
+        gaps = [
+            abs(a - b)
+            for s in samples
+            for a, b in zip(trainer.sequence_logprobs(prompt, s.tokens), s.logprobs, strict=True)
+        ]
+        assert (max(gaps) < 1e-3) == agrees, max(gaps)
+
+
 def test_early_stop_aborts_the_rest_and_frees_the_engine(rollout_worker, encode):
     # launch 8, keep the first 3 finishers, no long slots: the rest are aborted mid-flight
     sampling = SamplingSpec(max_tokens=100, temperature=1.5)

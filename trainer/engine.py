@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel
 
 from rl.algorithm.losses import LossSpec
-from rl.config import AlgorithmConfig, LoraConfig, RunConfig, TrainConfig
+from rl.config import AlgorithmConfig, LoraConfig, RolloutConfig, RunConfig, TrainConfig
 from rl.types import Group
 
 if TYPE_CHECKING:
@@ -53,6 +53,9 @@ class TrainerSpec:
     keep_gathered: bool = _default(TrainConfig, "fsdp_keep_gathered")
     lora: LoraConfig | None = _default(TrainConfig, "lora")
     seed: int = _default(RunConfig, "seed")
+    # the rollouts' sampling temperature: log-probs and entropy are of logits / temperature, the distribution the
+    # engine sampled from and reported the log-probs of
+    temperature: float = _default(RolloutConfig, "temperature")
 
     @classmethod
     def from_config(cls, cfg: RunConfig, model_dir: str) -> TrainerSpec:
@@ -106,6 +109,7 @@ class TrainerSpec:
             keep_gathered=t.fsdp_keep_gathered,
             lora=t.lora,
             seed=cfg.seed,
+            temperature=cfg.rollout.temperature,
         )
 
 

@@ -221,8 +221,9 @@ class FSDPEngine:
     def _forward(
         self, model, batch: TokenBatch, entropy: Literal["bonus", "metric"] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Token log-probs ``[B, T-1]`` of the batch under ``model``, and the per-position entropy if asked:
-        differentiable for the ``bonus``, without gradient for the ``metric`` alone.
+        """Token log-probs ``[B, T-1]`` of the batch under ``model`` at the rollouts' temperature (logits divided by
+        it, as the engine samples), and the per-position entropy if asked: differentiable for the ``bonus``, without
+        gradient for the ``metric`` alone.
 
         The LM head runs only from the first position that predicts a response token (HF ``logits_to_keep``):
         prompt positions need hidden states, not a vocabulary projection. Earlier positions read 0; every loss
@@ -237,6 +238,8 @@ class FSDPEngine:
                 logits_to_keep=ids.shape[1] - first,
             )
         logits = out.logits[:, :-1]
+        if self.spec.temperature != 1.0:
+            logits = logits / self.spec.temperature
         logprobs = token_logprobs(logits, ids[:, first + 1 :])
         ent = None if entropy is None else token_entropy(logits) if entropy == "bonus" else token_entropy_metric(logits)
         return _left_pad(logprobs, first), None if ent is None else _left_pad(ent, first)

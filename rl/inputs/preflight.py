@@ -61,6 +61,7 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
             check_local_cores(bind, "rollout.cpu_threads_bind")
     _check_weight_transport(cfg)
     _check_engine_sleep(cfg)
+    _warn_of_truncated_sampling(cfg)
     if cfg.ray.address is not None:
         check_ray_address(cfg.ray.address)
     model_dir = check_model_path(cfg.model.path)
@@ -330,6 +331,23 @@ def _check_weight_transport(cfg: RunConfig) -> None:
             )
         if cfg.train.num_workers != 1:
             raise BadInput("weight_sync.transport=ipc sends from one trainer: set train.num_workers=1")
+
+
+def _warn_of_truncated_sampling(cfg: RunConfig) -> None:
+    """Warn where the rollouts sample from a truncated or penalized distribution under coupled PPO: vLLM reports the
+    log-probs of what it sampled from, the trainer computes them over the whole vocabulary at the rollout
+    temperature, and the PPO ratio, taken against vLLM's, starts below 1 on fresh samples."""
+    r = cfg.rollout
+    defaults = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+    changed = [f"rollout.{k}={getattr(r, k)}" for k, v in defaults.items() if getattr(r, k) != v]
+    if changed and not cfg.algorithm.decoupled:
+        log.warning(
+            "%s: vLLM reports the log-probs of the truncated or penalized distribution it samples from and the "
+            "trainer computes them over the whole vocabulary, so the PPO ratio starts below 1 on fresh samples "
+            "(logprob_gap in the metrics says by how much); set algorithm.decoupled=true to anchor the clip on the "
+            "trainer's own log-probs",
+            ", ".join(changed),
+        )
 
 
 def _check_engine_sleep(cfg: RunConfig) -> None:
