@@ -63,6 +63,7 @@ class EpisodeContext:
 
     @property
     def text(self) -> str:
+        """The text of ``ids``, special tokens dropped."""
         return self.tokenizer.decode(self._trace.ids, skip_special_tokens=True)
 
     @property
@@ -80,6 +81,8 @@ class EpisodeContext:
         (and what is left of ``rollout.max_tokens``)."""
         if max_tokens is not None and max_tokens < 1:
             raise WorkflowError(f"generate(max_tokens={max_tokens}): give at least 1")
+        if self._trace.current is not None:
+            raise WorkflowError("generate while another turn of the episode samples: await each turn before the next")
         if self.stopped or self.remaining <= 0:
             self._finish = "abort" if self.stopped else "length"
             return Turn([], "", self._finish)
@@ -97,6 +100,8 @@ class EpisodeContext:
         What does not fit in ``remaining`` is cut, and the episode can sample no more."""
         if not self._trace.turns:
             raise WorkflowError("append before the first generate: put what comes first in the prompt (data.template)")
+        if self._trace.current is not None:
+            raise WorkflowError("append while a turn of the episode samples: await the turn first")
         ids = self.tokenizer.encode(content, add_special_tokens=False) if isinstance(content, str) else list(content)
         self._trace.appended(ids[: max(self.remaining, 0)])
 

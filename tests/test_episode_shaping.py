@@ -50,7 +50,7 @@ class Marks:
     def prose(self, ids: list[int]) -> str:
         return ""
 
-    def results(self, results) -> list[int]:
+    def results(self, results, ids=None) -> list[int]:
         return [RESULT] * RESULT_LEN
 
     def decode(self, ids: list[int]) -> str:

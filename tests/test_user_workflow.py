@@ -15,7 +15,7 @@ from rl.trainer.worker import TrainerWorker
 from small_runs import on_the_warm_engine, small_run
 
 from rl.cli.main import main
-from rl.loop.driver import run_training
+from rl.loop.driver import RunFailed, run_training
 from rl.types import PromptRow
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
@@ -121,6 +121,16 @@ def test_a_run_goes_on_past_a_workflow_that_fails_on_some_problems(ray_session, 
     )
 
 
+def test_a_workflow_that_always_raises_stops_the_run_at_its_first_evaluation(ray_session, rollout_worker, tmp_path):
+    cfg = small_run(tmp_path, "broken", f"rollout.workflow={workflow_file(tmp_path)}:Broken")
+    with pytest.raises(RunFailed) as failed:
+        run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
+    assert str(failed.value) == (
+        f"the held-out evaluation before failed: none of the 8 held-out problems could be sampled: WorkflowError: "
+        f"rollout.workflow '{workflow_file(tmp_path)}:Broken' raised KeyError: 'no such tool'"
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "message"),
     [
@@ -142,3 +152,21 @@ def test_a_workflow_that_cannot_run_is_one_line_before_any_actor(tmp_path, capsy
 def test_a_workflow_beside_tools_is_refused(tmp_path, capsys):
     code = main(["train", "calc_tiny", f"output_dir={tmp_path}", "rollout.workflow=x.py:run"])
     assert code == 2 and "workflow runs episodes of its own: drop tools and environment" in capsys.readouterr().err
+
+
+def test_misusing_the_episode_is_one_line_naming_the_workflow(rollout_worker, tmp_path):
+    path = tmp_path / "misuse.py"
+    path.write_text(
+        "import asyncio\n\n\n"
+        "async def two_at_once(episode, row):\n    await asyncio.gather(episode.generate(), episode.generate())\n\n\n"
+        "async def feedback_first(episode, row):\n    episode.append('=')\n"
+    )
+    for name, said in (
+        ("two_at_once", "generate while another turn of the episode samples: await each turn before the next"),
+        ("feedback_first", "append before the first generate: put what comes first in the prompt"),
+    ):
+        with pytest.raises(ray.exceptions.RayTaskError) as raised:
+            group(rollout_worker, f"{path}:{name}", name)
+        last = [line for line in str(raised.value).splitlines() if "WorkflowError" in line][-1]
+        assert f"rollout.workflow '{path}:{name}': {said}" in last
+    assert ray.get(rollout_worker.stats.remote())["unfinished"] == 0

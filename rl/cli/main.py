@@ -113,6 +113,7 @@ def _continue_from(run_dir: Path) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rl.config import load_config, load_run_config, read_recipe
+    from rl.evaluation.held_out import EvaluationFailed
     from rl.evaluation.offline import (
         EvalSettings,
         eval_inputs,
@@ -158,7 +159,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_output_dir(args.out.parent, f"--out {str(args.out)!r}: its folder")
     inputs = eval_inputs(cfg, settings)  # bad input: one line from main(), before the engine starts
     route_output(args, (args.out.parent if args.out else Path("runs/eval")) / "logs")
-    report = run_eval(cfg, settings, inputs=inputs)
+    try:
+        report = run_eval(cfg, settings, inputs=inputs)
+    except EvaluationFailed as e:  # no problem could be sampled
+        print(f"evaluation failed: {e}", file=sys.stderr)
+        return 1
     print(report.table())
     if args.out:
         args.out.write_text(report.to_json() + "\n")
@@ -351,7 +356,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = parse_args(argv)
     start_logging(verbose=getattr(args, "verbose", False))
-    from rl.evaluation.held_out import EvaluationFailed
     from rl.inputs.preflight import BadInput
     from rl.rollout.engine import EngineStartError
 
@@ -365,9 +369,6 @@ def main(argv: list[str] | None = None) -> int:
         from rl.output.console import keep_traceback
 
         print(f"the engine did not start: {e} (its traceback: {keep_traceback(e)})", file=sys.stderr)
-        return 1
-    except EvaluationFailed as e:  # rl eval: no problem could be sampled
-        print(f"evaluation failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C where no stop handler is in place (checks, a bench between runs)
         print("interrupted", file=sys.stderr)
