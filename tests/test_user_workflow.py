@@ -40,11 +40,12 @@ class Broken:
         raise KeyError("no such tool")
 
 
-async def fails_on_evens(episode, row):
-    """Answers, but raises on the problems whose answer is even."""
-    await episode.generate()
+async def retry_but_fail_on_evens(episode, row):
+    """answer_then_retry, but raising on the problems whose answer is even."""
     if int(row["answer"]) % 2 == 0:
+        await episode.generate()
         raise KeyError("no such tool")
+    await answer_then_retry(episode, row)
 
 
 def not_async(episode, row):
@@ -94,30 +95,22 @@ def test_a_workflow_that_raises_fails_its_group_in_one_line(rollout_worker, tmp_
     assert ray.get(rollout_worker.stats.remote())["unfinished"] == 0  # nothing left running on the engine
 
 
-def test_a_run_trains_on_the_workflows_episodes(ray_session, rollout_worker, tmp_path):
-    spec = f"{workflow_file(tmp_path)}:answer_then_retry"
-    cfg = small_run(tmp_path, "wf", "train.max_steps=2", "train.max_staleness=0", f"rollout.workflow={spec}")
-    summary = run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
-    assert summary["steps"] == 2 and summary["rollout_errors"] == 0
+def test_a_run_trains_on_the_episodes_and_goes_on_past_those_that_fail(ray_session, rollout_worker, tmp_path, caplog):
+    spec = f"{workflow_file(tmp_path)}:retry_but_fail_on_evens"
+    overrides = ["train.max_steps=3", "train.max_staleness=0", "eval.num_problems=32", f"rollout.workflow={spec}"]
+    summary = run_training(small_run(tmp_path, "wf", *overrides), start_actors=on_the_warm_engine(rollout_worker))
+    assert summary["steps"] == 3 and summary["rollout_errors"] > 0 and summary["groups_unaccounted"] == 0
     records = [json.loads(line) for line in (tmp_path / "wf" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]
     assert [r["turns"] for r in train] == [2 * r["samples_launched"] for r in train]  # every episode: two turns
     assert all(r["skipped_nonfinite"] == 0 and r["logprob_gap"] < 1e-3 for r in train)  # on-policy: they agree
-
-
-def test_a_run_goes_on_past_a_workflow_that_fails_on_some_problems(ray_session, rollout_worker, tmp_path, caplog):
-    spec = f"{workflow_file(tmp_path)}:fails_on_evens"
-    cfg = small_run(tmp_path, "evens", "train.max_steps=3", "eval.num_problems=32", f"rollout.workflow={spec}")
-    summary = run_training(cfg, start_actors=on_the_warm_engine(rollout_worker))
-    assert summary["steps"] == 3 and summary["rollout_errors"] > 0 and summary["groups_unaccounted"] == 0
-    evals = [r for r in map(json.loads, (tmp_path / "evens" / "metrics.jsonl").read_text().splitlines())]
-    evals = [r for r in evals if r["kind"] == "eval"]
+    evals = [r for r in records if r["kind"] == "eval"]
     assert [r["num_problems"] + r["failed_problems"] for r in evals] == [32, 32]
     assert all(0 < r["failed_problems"] < 32 for r in evals)  # the held-out problems that raised are left out
     said = [r.getMessage() for r in caplog.records if "failed: WorkflowError" in r.getMessage()]
     assert len(said) == 1, said  # the first failed group says why; the others are counted
     assert said[0].endswith(
-        ":fails_on_evens' raised KeyError: 'no such tool' (groups failing so again: counted in rollout_errors)"
+        ":retry_but_fail_on_evens' raised KeyError: 'no such tool' (groups failing so again: counted in rollout_errors)"
     )
 
 
