@@ -105,6 +105,7 @@ def test_periodic_async_with_dynamic_sampling_and_kl(ray_session, rollout_worker
         sides = r["clip_ratio/low_mean"] + r["clip_ratio/high_mean"]  # without dual clip the region is either side
         assert sides == pytest.approx(r["clip_ratio/region_mean"]) and r["clip_ratio/high_max"] <= 1.0
         assert r["logprob_gap"] < 1e-3  # trainer and engine agree on the log-probs of fresh samples
+        assert r["logprob_gap"] <= r["sampling/sampling_logp_difference/max"] < 1e-2  # TRL's names: mean <= max
     assert [r["num_tokens"] for r in train] == sorted({r["num_tokens"] for r in train})  # the run's count grows
 
 

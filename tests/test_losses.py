@@ -415,6 +415,7 @@ def test_off_policy_stats_hand_computed():
     assert means["ess_ratio"] == pytest.approx(0.98)
     # |log 3| + |log 0.6| + |log 1.5| + |log 1.6| = log(3 * 1.5 * 1.6 / 0.6) = log 12, over 4 tokens
     assert means["logprob_gap"] == pytest.approx(L(12.0) / 4)
+    assert means["logprob_gap_max"] == pytest.approx(L(3.0))  # the largest of the four: TRL's /max
     assert means["approx_kl"] == pytest.approx(0.0)  # current == proximal
 
 
@@ -558,6 +559,7 @@ def test_finalize_and_merge_stats():
         "masked_tokens": 0.0,
         "opsm_masked_seqs": 0.0,
         "logprob_gap_abs_sum": 0.3,
+        "logprob_gap_max": 0.2,
         "kl_ref_sum": 0.6,
         "entropy_sum": 1.5,
     }
@@ -579,6 +581,7 @@ def test_finalize_and_merge_stats():
     assert means["masked_fraction"] == pytest.approx(1 / 4)
     assert means["opsm_masked_fraction"] == pytest.approx(1 / 2)  # of sequences
     assert means["logprob_gap"] == pytest.approx(0.6 / 4)
+    assert means["logprob_gap_max"] == 0.2  # max, not 0.2 + 0.2
     assert means["kl_ref"] == pytest.approx(1.2 / 4)
     assert means["entropy"] == pytest.approx(3.0 / 4)
 

@@ -25,7 +25,9 @@ import torch
 from rl.algorithm.off_policy import ess_ratio, sequence_weights, token_weights
 
 # Stats combined with max (not a sum) across micro-batches and ranks.
-MAX_STATS: frozenset[str] = frozenset({"is_weight_max", "seq_low_unclipped_max", "seq_high_clipped_max"})
+MAX_STATS: frozenset[str] = frozenset(
+    {"is_weight_max", "seq_low_unclipped_max", "seq_high_clipped_max", "logprob_gap_max"}
+)
 # Every key of ``LossOutput.stats``: a fixed set, so ranks can all-reduce them as one vector.
 STAT_KEYS: tuple[str, ...] = (
     "tokens",
@@ -46,6 +48,7 @@ STAT_KEYS: tuple[str, ...] = (
     "masked_tokens",
     "opsm_masked_seqs",
     "logprob_gap_abs_sum",
+    "logprob_gap_max",
     "kl_ref_sum",
     "entropy_sum",
 )
@@ -234,6 +237,7 @@ def policy_loss(
         w_tok_m = torch.where(m, w_tok, 0.0)
         w_seq_h = torch.where(has, w_seq, 0.0)
         ratio_d, log_ratio_d = ratio.detach().double(), log_ratio.detach().double()
+        gap = (trainer.double() - behav.double()).abs()
         values = {
             "tokens": fm.sum(),
             "seqs": has.double().sum(),
@@ -252,7 +256,8 @@ def policy_loss(
             "masked_units": masked_units.double(),
             "masked_tokens": masked_tokens.double(),
             "opsm_masked_seqs": opsm.double().sum(),
-            "logprob_gap_abs_sum": ((trainer.double() - behav.double()).abs() * fm).sum(),
+            "logprob_gap_abs_sum": (gap * fm).sum(),
+            "logprob_gap_max": (gap * fm).max() if gap.numel() else fm.new_zeros(()),
             "kl_ref_sum": (kl.detach().double() * fm).sum() if kl is not None else fm.new_zeros(()),
             "entropy_sum": (ent.detach().double() * fm).sum() if ent is not None else fm.new_zeros(()),
             "units": units.double(),
@@ -300,6 +305,7 @@ def finalize_stats(sums: dict[str, float]) -> dict[str, float]:
         "masked_fraction": per_token("masked_tokens"),
         "opsm_masked_fraction": sums["opsm_masked_seqs"] / sums["seqs"] if sums["seqs"] > 0 else 0.0,
         "logprob_gap": per_token("logprob_gap_abs_sum"),
+        "logprob_gap_max": sums["logprob_gap_max"],
         "kl_ref": per_token("kl_ref_sum"),
         "entropy": per_token("entropy_sum"),
     }

@@ -19,6 +19,8 @@ SAME_AS = {  # TRL's name: Tailor's, one quantity under both names
     "clip_ratio/high_mean": "clip_high_fraction",
     "clip_ratio/low_min": "clip_low_seq_min",
     "clip_ratio/high_max": "clip_high_seq_max",
+    "sampling/sampling_logp_difference/mean": "logprob_gap",  # |trainer - vLLM| log-prob of the sampled tokens
+    "sampling/sampling_logp_difference/max": "logprob_gap_max",
     "completions/clipped_ratio": "truncated_frac",  # cut at the token cap
     "completions/mean_length": "response_len_mean",
     "completions/max_length": "response_len_max",
