@@ -13,6 +13,8 @@ turn that calls a probe tool, and the way the call comes out picks the reader. A
 - ``MistralList``: ``[TOOL_CALLS] [{"name": ..., "arguments": {...}, "id": ...}, ...]`` (Mistral 7B v0.3, Mistral
   Nemo, Mistral Small 3.0/3.1, Mixtral 8x22B); the ids are kept, for the results to name.
 - ``MistralArgs``: ``[TOOL_CALLS]NAME[ARGS]{...}`` for each call (Mistral Small 3.2, Magistral, Devstral).
+- ``KeyValueTags``: ``<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>...</tool_call>`` (GLM-4.5
+  and later), values typed by the tool's schema as ``XmlInTags``'s.
 - ``ResponseTemplate``: ``tokenizer.parse_response`` with the tokenizer's own template.
 
 A call a reader finds but cannot use (broken JSON, arguments that are not an object) is ``ToolCall(name or "?",
@@ -31,7 +33,7 @@ Schemas = list[dict[str, Any]]
 PROBE = "tailor_probe"  # the tool the probe turn calls, with arguments {"x": 1}
 PROBE_CALL = {"id": "tailor001", "type": "function", "function": {"name": PROBE, "arguments": {"x": 1}}}
 CALL_SYNTAXES = (  # what a refusal names
-    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3 and Mistral "
+    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Mistral and GLM-4.5+ "
     "templates, and of any tokenizer with a response_template"
 )
 TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -40,6 +42,7 @@ XML_PARAMETER = re.compile(r"<parameter=(?P<key>[^>\n]+)>\n?(?P<value>.*?)\n?</p
 MISTRAL_CALLS = "[TOOL_CALLS]"  # Mistral's marker before a turn's calls (a special token)
 MISTRAL_ARGS = "[ARGS]"  # between a call's name and its arguments, from Mistral's v11 tokenizers on
 TOOL_NAME = re.compile(r"[\w.-]+")  # a tool's name: a Python function's, or an environment method's
+ARG_PAIR = re.compile(r"<arg_key>(?P<key>.*?)</arg_key>\s*<arg_value>(?P<value>.*?)</arg_value>", re.DOTALL)
 
 
 class UnknownCallSyntax(ValueError):
@@ -112,6 +115,25 @@ class BareJson:
 
     def without_calls(self, text: str) -> str:
         return ""  # a turn that calls is its calls alone
+
+
+class KeyValueTags:
+    """The tool's name after ``<tool_call>``, then ``<arg_key>`` / ``<arg_value>`` pairs, in each ``<tool_call>``."""
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        calls = []
+        for body in TAGGED.findall(text):
+            named = TOOL_NAME.match(body.strip())
+            if named is None:
+                calls.append(ToolCall("?", None))
+                continue
+            types = _argument_types(schemas, named.group(0))
+            pairs = {m.group("key").strip(): m.group("value") for m in ARG_PAIR.finditer(body)}
+            calls.append(ToolCall(named.group(0), {k: _typed(v, types.get(k)) for k, v in pairs.items()}))
+        return calls
+
+    def without_calls(self, text: str) -> str:
+        return TAGGED.sub("", text)
 
 
 class MistralList:
@@ -208,6 +230,8 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
         return MistralList()
     if f"{MISTRAL_CALLS}{PROBE}{MISTRAL_ARGS}" in text:
         return MistralArgs()
+    if re.search(rf"<tool_call>\s*{PROBE}\s*<arg_key>", text):
+        return KeyValueTags()
     at = text.find(PROBE)
     if at < 0:
         raise UnknownCallSyntax("its chat template drops an assistant's tool calls")

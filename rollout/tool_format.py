@@ -103,12 +103,25 @@ class ChatTemplateFormat:
             {"role": "tool", "name": name, "content": content, "tool_call_id": i}
             for i, (name, content) in zip(ids, results, strict=True)
         ]
-        turns = sum(t in self.turn_ends for t in self._ids(before, generation_prompt=False))
+        head = self._ids(before, generation_prompt=False)
         full = self._ids(before + tools, generation_prompt=True)
+        if self._unended(head):  # GLM's: the model's turn ends on the end-of-turn token that opens the results
+            if full[: len(head)] == head and full[len(head) : len(head) + 1] and full[len(head)] in self.turn_ends:
+                return full[len(head) + 1 :]
+            raise ValueError(
+                "the chat template neither ends the assistant's turn nor opens a tool result with an end-of-turn token"
+            )
+        turns = sum(t in self.turn_ends for t in head)
         ends = [i for i, t in enumerate(full) if t in self.turn_ends]
         if not turns or len(ends) < turns:
             raise ValueError("the chat template does not end the assistant's turn with its end-of-turn token")
         return full[ends[turns - 1] + 1 :]
+
+    def _unended(self, head: list[int]) -> bool:
+        """Whether the conversation up to the assistant's turn renders with no end-of-turn token after that turn:
+        more than blanks follow its last one."""
+        last = max((i for i, t in enumerate(head) if t in self.turn_ends), default=-1)
+        return bool(self.tokenizer.decode(head[last + 1 :], skip_special_tokens=False).strip())
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

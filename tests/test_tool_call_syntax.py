@@ -6,6 +6,7 @@ import pytest
 from rl.rollout.tool_calls import (
     BareJson,
     JsonInTags,
+    KeyValueTags,
     MistralArgs,
     MistralList,
     ResponseTemplate,
@@ -15,7 +16,7 @@ from rl.rollout.tool_calls import (
 )
 from rl.rollout.tool_format import ChatTemplateFormat
 from rl.rollout.tools import ToolCall, tool_schema
-from tool_chat import byte_chat_tokenizer
+from tool_chat import byte_chat_tokenizer, saved_chat_tokenizer
 
 from rl.types import assistant_message
 
@@ -144,6 +145,30 @@ def test_mistral_v11_calls_are_each_named_before_their_arguments():
     ]
 
 
+def test_glm_calls_are_read_typed_and_results_follow_the_token_that_opened_them(tmp_path):
+    """GLM's template writes no end token after a turn: the model stops on ``<|observation|>``, which opens the
+    results' part, so the results are what follows that token."""
+    fmt = ChatTemplateFormat(saved_chat_tokenizer("glm", tmp_path))
+    observation = fmt.tokenizer.convert_tokens_to_ids("<|observation|>")
+    assert type(fmt.reader) is KeyValueTags and observation in fmt.turn_ends
+    conversation = [*USER, called("forecast", ARGUMENTS)]
+    prompt = fmt.prompt(USER, [])
+    whole_turn = list(fmt.tokenizer.apply_chat_template(conversation, tokenize=True, return_dict=False))
+    turn = whole_turn[len(prompt) :] + [observation]  # the model's turn, as it stops
+    assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]
+    assert assistant_message(fmt.prose(turn))["content"] == ""  # the empty think block is reasoning_content
+    results = fmt.results([("forecast", "sunny"), ("forecast", "rain")])
+    tools = [{"role": "tool", "name": "forecast", "content": c} for c in ("sunny", "rain")]
+    whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
+    assert prompt + turn + results == whole
+    assert fmt.decode(results).startswith("<tool_response>\nsunny\n</tool_response>")  # <|observation|> sampled
+    unknown = "<tool_call>lookup\n<arg_key>n</arg_key>\n<arg_value>7</arg_value>\n</tool_call>"
+    assert fmt.calls(fmt.tokenizer.encode(unknown, add_special_tokens=False), []) == [ToolCall("lookup", {"n": 7})]
+    without = byte_chat_tokenizer("glm")  # no generation config: <|observation|> ends no turn, and nothing joins
+    with pytest.raises(ValueError, match="neither ends the assistant's turn nor opens a tool result"):
+        ChatTemplateFormat(without).results([("forecast", "sunny")])
+
+
 def test_xml_calls_without_a_function_or_a_schema_are_still_read():
     fmt = ChatTemplateFormat(byte_chat_tokenizer("qwen3.5"))
 
@@ -181,8 +206,8 @@ def test_a_tokenizers_own_response_template_reads_its_calls():
 
 
 def test_a_syntax_no_reader_reads_is_refused_showing_it():
-    with pytest.raises(UnknownCallSyntax, match=r"does not read \(\.\.\..*<tool_call>tailor_probe\\n<arg_key>x"):
-        call_reader(byte_chat_tokenizer("glm"))
+    with pytest.raises(UnknownCallSyntax, match=r"does not read \(\.\.\..*commentary to=functions\.tailor_probe"):
+        call_reader(byte_chat_tokenizer("harmony"))
     plain = byte_chat_tokenizer("qwen")
     plain.chat_template = "{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
     with pytest.raises(UnknownCallSyntax, match="drops an assistant's tool calls"):

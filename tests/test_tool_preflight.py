@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from rl.rollout.tool_workflow import ToolSettings
-from tool_chat import byte_chat_tokenizer
+from tool_chat import byte_chat_tokenizer, saved_chat_tokenizer
 
 from rl.cli.common import RECIPES_DIR
 from rl.config import load_config
@@ -52,10 +52,12 @@ def _model(tmp_path: Path, family: str = "qwen") -> Path:
     """A model folder the checks accept: a config, a one-tensor weight file, the byte-level chat tokenizer with the
     template of ``family`` (``tests/tool_chat.py``), or with ``plain`` one that ignores tools as SmolLM2's does."""
     out = tmp_path / f"model-{family}"
-    tok = byte_chat_tokenizer("qwen" if family == "plain" else family)
     if family == "plain":
+        tok = byte_chat_tokenizer("qwen")
         tok.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }} {{ m.content }}<|im_end|>{% endfor %}"
-    tok.save_pretrained(out)
+        tok.save_pretrained(out)
+    else:
+        saved_chat_tokenizer(family, out)
     header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
     (out / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
     (out / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 8192}')
@@ -88,7 +90,7 @@ def test_tools_and_environment_pass_and_the_schemas_count_in_prompts(tmp_path):
     assert '"name": "multiply"' in inputs.encoder.tokenizer.decode(inputs.encoder.encode(row.prompt))
 
 
-@pytest.mark.parametrize("family", ["qwen3", "qwen3.5", "llama3", "mistral", "mistral11"])
+@pytest.mark.parametrize("family", ["qwen3", "qwen3.5", "llama3", "mistral", "mistral11", "glm"])
 def test_the_templates_of_other_call_syntaxes_pass(tmp_path, family):
     """Qwen3's template renders the turn before a tool result without its empty think block: its results are what
     follows that turn's end-of-turn token all the same (it was refused as rewriting the turn)."""
@@ -110,7 +112,7 @@ def test_shaping_policies_shape_episodes(tmp_path, policy):
         (["rollout.tools=[{tools}:add, {tools}:add]"], "qwen", r"two tools named 'add'"),
         (["data.chat=false"], "qwen", r"need chat prompts .* set data\.chat=true"),
         ([], "plain", r"^model\.path '.*': its chat template does not render tools"),
-        ([], "glm", r"^model\.path '.*': .*a syntax Tailor does not read \(.*<arg_key>.*Llama 3"),
+        ([], "harmony", r"^model\.path '.*': .*a syntax Tailor does not read \(.*to=functions\..*Llama 3"),
         (["reward.functions=[{fn: '{tools}:env_reward'}]", "rollout.environment=null"], "qwen", r"environments"),
     ],
     ids=["missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "syntax", "no-env"],

@@ -14,7 +14,7 @@ from rl.rollout.workflow import Episode, EpisodeTrace, SingleTurn, run_episodes
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.trainer.batching import collate
-from tool_chat import byte_chat_tokenizer
+from tool_chat import byte_chat_tokenizer, saved_chat_tokenizer
 from transformers import AutoTokenizer, GenerationConfig
 
 from rl.algorithm.losses import LossSpec, policy_loss
@@ -246,6 +246,23 @@ def test_a_turn_ending_on_the_generation_configs_end_of_turn_calls_its_tools(tmp
     result = gemma.results([("add", "5")])
     assert episode.tools.calls == 1 and episode.sample.tokens == turn1 + result + turn2
     assert gemma.tokenizer.decode(result) == "\n<start_of_turn>tool\n5<end_of_turn>\n<start_of_turn>model\n"
+
+
+def test_a_glm_turn_ending_on_observation_runs_its_calls_and_the_results_follow_that_token(tmp_path):
+    """GLM's call turn ends on ``<|observation|>``, the token its template opens the results with; its answer turn
+    on ``<|user|>`` (both in its generation config)."""
+    glm = ChatTemplateFormat(saved_chat_tokenizer("glm", tmp_path))
+    observation, user = glm.tokenizer.convert_tokens_to_ids(["<|observation|>", "<|user|>"])
+    call = "\n<think></think>\n<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>2</arg_value>\n<arg_key>b</arg_key>"
+    turn1 = ids(glm, call + "\n<arg_value>3</arg_value>\n</tool_call>") + [observation]
+    turn2 = ids(glm, "\n<think></think>\nIt is 5.") + [user]
+    episode = run(ToolWorkflow(glm, [add], None, 4, 1.0), ScriptedEngine([turn1, turn2]))
+    assert episode.tools.calls == 1 and episode.tools.failures == {}
+    assert episode.sample.tokens == turn1 + glm.results([("add", "5")]) + turn2
+    assert episode.messages[0]["tool_calls"] == [
+        {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+    ]
+    assert episode.messages[2]["content"] == "It is 5."
 
 
 def test_episode_stops_at_max_tool_calls_and_at_its_token_budget(fmt):

@@ -94,12 +94,25 @@ MISTRAL11_TEMPLATE = (  # [TOOL_CALLS]NAME[ARGS]{...} for each call; results wit
     "{% else %}{{ m.content }}</s>{% endif %}"
     "{% endfor %}"
 )
-GLM_TEMPLATE = (  # a syntax Tailor does not read: keys and values as tag pairs
-    "{% if tools %}<|system|>\n{{ tools | tojson }}{% endif %}{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}"
-    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}\n"
-    "{% for k, v in c.function.arguments.items() %}<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v }}</arg_value>\n"
-    "{% endfor %}</tool_call>{% endfor %}{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+GLM_TEMPLATE = (  # GLM-4.5's shape: name and key/value tags; no end token after a turn; results open on <|observation|>
+    "[gMASK]<sop>{% if tools %}<|system|>\n# Tools{% for t in tools %}\n{{ t | tojson }}{% endfor %}{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'user' %}<|user|>\n{{ m.content }}"
+    "{% elif m.role == 'assistant' %}<|assistant|>\n<think></think>{% if m.content %}\n{{ m.content }}{% endif %}"
+    "{% for c in m.tool_calls or [] %}\n<tool_call>{{ c.function.name }}{% for k, v in c.function.arguments.items() %}"
+    "\n<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v if v is string else v | tojson }}</arg_value>{% endfor %}"
+    "\n</tool_call>{% endfor %}"
+    "{% elif m.role == 'tool' %}{% if loop.first or messages[loop.index0 - 1].role != 'tool' %}<|observation|>"
+    "{% endif %}\n<tool_response>\n{{ m.content }}\n</tool_response>"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+HARMONY_TEMPLATE = (  # a syntax Tailor does not read: gpt-oss's channels, the call's recipient in its header
+    "{% if tools %}<|start|>developer<|message|>{{ tools | tojson }}<|end|>{% endif %}"
+    "{% for m in messages %}<|start|>{{ m.role }}{% for c in m.tool_calls or [] %}<|channel|>commentary "
+    "to=functions.{{ c.function.name }} <|constrain|>json<|message|>{{ c.function.arguments | tojson }}<|call|>"
+    "{% else %}<|message|>{{ m.content }}<|end|>{% endfor %}{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant{% endif %}"
 )
 TEMPLATES = {
     "qwen": TEMPLATE,
@@ -110,6 +123,7 @@ TEMPLATES = {
     "mistral": MISTRAL_TEMPLATE,
     "mistral11": MISTRAL11_TEMPLATE,
     "glm": GLM_TEMPLATE,
+    "harmony": HARMONY_TEMPLATE,
 }
 MISTRAL_SPECIALS = [
     *(
@@ -128,8 +142,37 @@ SPECIALS = {
     "gemma": ("<eos>", ["<bos>", "<start_of_turn>", "<end_of_turn>"], ["<tool_call>", "</tool_call>"]),
     "mistral": ("</s>", ["<s>", *MISTRAL_SPECIALS], []),
     "mistral11": ("</s>", ["<s>", *MISTRAL_SPECIALS, "[ARGS]"], []),
-    "glm": ("<|user|>", ["<|assistant|>", "<|observation|>", "<|system|>"], ["<tool_call>", "</tool_call>"]),
+    "glm": (
+        "<|endoftext|>",
+        ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"],
+        [
+            "<tool_call>",
+            "</tool_call>",
+            "<arg_key>",
+            "</arg_key>",
+            "<arg_value>",
+            "</arg_value>",
+            "<think>",
+            "</think>",
+        ],
+    ),
+    "harmony": ("<|return|>", ["<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|constrain|>", "<|call|>"], []),
 }
+
+
+GENERATION_EOS = {"glm": ["<|user|>", "<|observation|>"]}  # the turn ends a model's generation config adds
+
+
+def saved_chat_tokenizer(family: str, folder: Any) -> Any:
+    """``byte_chat_tokenizer(family)`` saved in ``folder`` with a generation config listing its end-of-sequence ids,
+    as a model folder has them (GLM's turns end on ``<|observation|>`` or ``<|user|>``); reloaded from there."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tok = byte_chat_tokenizer(family)
+    tok.save_pretrained(folder)
+    extra = [tok.convert_tokens_to_ids(t) for t in GENERATION_EOS.get(family, [])]
+    GenerationConfig(eos_token_id=[tok.eos_token_id, *extra]).save_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder)
 
 
 def byte_chat_tokenizer(family: str = "qwen") -> Any:
