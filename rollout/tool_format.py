@@ -82,8 +82,9 @@ class ChatTemplateFormat:
     def results(self, results: list[tuple[str, str]], ids: list[str | None] | None = None) -> list[int]:
         """The template's tool messages and next header in a stand-in conversation whose assistant turn made the
         calls: what follows the end-of-turn token that closes that turn (as many such tokens in as the conversation
-        up to the turn renders). Each call has the id the model gave it, or a stand-in of Mistral's form (9
-        letters and digits), also where the template refuses the model's."""
+        up to the turn renders), or, where the template writes none after the turn (GLM's), what follows the
+        end-of-turn token that opens the results, on which the model stopped. Each call has the id the model gave
+        it, or a stand-in of Mistral's form (9 letters and digits), also where the template refuses the model's."""
         given = ids or [None] * len(results)
         stand_ins = [f"call{i:05d}" for i in range(len(results))]
         try:

@@ -79,6 +79,20 @@ def test_top_entropy_quantile_reaches_the_trainers_loss(tiny_model_dir, case):
     assert updates[0] != pytest.approx(updates[1], rel=1e-9)
 
 
+def test_a_step_at_a_rollout_temperature_other_than_1_trains_on_policy(tiny_model_dir, case):
+    """The gradient path with the logits divided by the temperature: on samples scored at it, the ratio is 1 and the
+    update raises the rewarded sample."""
+    trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-4, temperature=0.7))
+    before = sum(trainer.sequence_logprobs(case.prompt, case.good))
+    samples = [
+        Sample(i, t, trainer.sequence_logprobs(case.prompt, t), [0] * len(t), "stop")
+        for i, t in enumerate([case.good, case.bad])
+    ]
+    metrics = trainer.train_step([Group(PromptRow("x", "3+5+7=", "15"), case.prompt, samples, [1.0, -1.0])])
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and metrics["logprob_gap"] < 1e-5
+    assert sum(trainer.sequence_logprobs(case.prompt, case.good)) > before
+
+
 def test_mask_truncated_trains_as_if_the_truncated_sample_were_not_there(tiny_model_dir, case):
     """DAPO's overlong filtering: a truncated sample is no loss term, so the step equals one without it."""
     masked = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3, mask_truncated=True))
