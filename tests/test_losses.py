@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from rl.algorithm.losses import STAT_KEYS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
+from rl.algorithm.losses import MIN_STATS, STAT_KEYS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
 
 L = math.log
 NAN = float("nan")
@@ -145,7 +145,8 @@ def test_aggregations_hand_computed_with_empty_row(agg, norm_len, loss_sum, unit
     assert torch.isfinite(logp.grad).all()
     assert logp.grad.tolist() == [pytest.approx(row) for row in grad]
     assert out.stats["tokens"] == 4.0 and out.stats["seqs"] == 2.0
-    assert all(math.isfinite(v) for v in out.stats.values())
+    assert all(math.isfinite(v) for k, v in out.stats.items() if k not in MIN_STATS)  # those: inf over nothing
+    assert out.stats["correction_w_min"] == math.inf  # no correction: no weight counted
 
 
 def test_all_empty_batch_is_zero_without_nan():
@@ -380,6 +381,25 @@ def test_tis_token_and_seq_capping():
     assert _correction_batch("none").loss.item() == pytest.approx(-4.0)
 
 
+def test_the_applied_correction_weights_are_summarized_as_trl_logs_them():
+    """TRL's sampling/importance_sampling_ratio/min, mean, max: the weights after the cap or the mask, one per token
+    (token modes) or per sequence (sequence modes); nothing without a correction."""
+    token = finalize_stats(_correction_batch("tis-token").stats)  # 2 (capped), 0.6, 1.5, 1.6
+    assert (token["correction_w_min"], token["correction_w_max"]) == pytest.approx((0.6, 2.0))
+    assert token["correction_w_mean"] == pytest.approx(5.7 / 4)
+    seq = finalize_stats(_correction_batch("tis-seq").stats)  # 1.8 and 2 (capped), one a sequence
+    assert (seq["correction_w_min"], seq["correction_w_mean"], seq["correction_w_max"]) == pytest.approx(
+        (1.8, 1.9, 2.0)
+    )
+    masked = finalize_stats(_correction_batch("mis-token").stats)  # 3 is outside [1/2, 2]: masked to 0
+    assert (masked["correction_w_min"], masked["correction_w_max"]) == pytest.approx((0.0, 1.6))
+    assert "correction_w_mean" not in finalize_stats(_correction_batch("none").stats)
+    folded = merge_stats(
+        merge_stats(empty_stats(), _correction_batch("tis-seq").stats), _correction_batch("tis-token").stats
+    )
+    assert (folded["correction_w_min"], folded["correction_w_max"]) == pytest.approx((0.6, 2.0))  # min and max
+
+
 def test_mis_token_and_seq_masking_counts():
     out = _correction_batch("mis-token")
     # 3 lies outside [1/2, 2] -> masked; 0.6, 1.5, 1.6 kept -> -3.7
@@ -546,7 +566,7 @@ def test_finalize_and_merge_stats():
         "clipped_tokens": 1.0,
         "low_clipped_tokens": 1.0,
         "high_clipped_tokens": 0.0,
-        "seq_low_unclipped_max": 0.5,
+        "seq_low_clipped_min": 0.5,
         "seq_high_clipped_max": 0.0,
         "ratio_sum": 3.3,
         "approx_kl_sum": 0.03,
@@ -560,11 +580,15 @@ def test_finalize_and_merge_stats():
         "opsm_masked_seqs": 0.0,
         "logprob_gap_abs_sum": 0.3,
         "logprob_gap_max": 0.2,
+        "correction_w_sum": 0.0,
+        "correction_w_units": 0.0,
+        "correction_w_min": math.inf,
+        "correction_w_max": 0.0,
         "kl_ref_sum": 0.6,
         "entropy_sum": 1.5,
     }
     b = {**a, "tokens": 1.0, "clipped_tokens": 0.0, "ratio_sum": 0.7, "is_weight_max": 3.0, "seq_w_sum": 3.0}
-    b["low_clipped_tokens"], b["seq_low_unclipped_max"] = 0.0, 1.0
+    b["low_clipped_tokens"], b["seq_low_clipped_min"] = 0.0, 0.0
     b["seq_w_sq_sum"], b["masked_tokens"], b["masked_units"], b["opsm_masked_seqs"] = 9.0, 1.0, 1.0, 1.0
     merged = merge_stats(merge_stats({}, a), b)
     assert merged["tokens"] == 4.0 and merged["seqs"] == 2.0
@@ -572,7 +596,7 @@ def test_finalize_and_merge_stats():
     means = finalize_stats(merged)
     assert means["clip_fraction"] == pytest.approx(1 / 4)
     assert means["clip_low_fraction"] == pytest.approx(1 / 4)
-    assert means["clip_low_seq_min"] == 0.0  # b's response had no lower-side token (max, not 0.5 + 1)
+    assert means["clip_low_seq_min"] == 0.0  # b's response had no lower-side token (min, not 0.5 + 0)
     assert means["ratio_mean"] == pytest.approx((3.3 + 0.7) / 4)
     assert means["approx_kl"] == pytest.approx(0.06 / 4)
     assert means["is_weight_mean"] == pytest.approx(6.0 / 4)

@@ -93,6 +93,26 @@ def test_a_step_at_a_rollout_temperature_other_than_1_trains_on_policy(tiny_mode
     assert sum(trainer.sequence_logprobs(case.prompt, case.good)) > before
 
 
+def test_a_corrected_step_reports_its_applied_weights_under_trls_names(tiny_model_dir, case):
+    """With ``decoupled`` and a token correction the step logs the weights it applied; on fresh samples (the trainer's
+    own log-probs as the sampler's) every weight is 1."""
+    from rl.output.trl_metrics import aliases
+
+    spec = TrainerSpec(model=tiny_model_dir, lr=1e-4, loss=LossSpec(decoupled=True, correction="tis-token"))
+    trainer = TrainerWorker(spec)
+    samples = [
+        Sample(i, t, trainer.sequence_logprobs(case.prompt, t), [0] * len(t), "stop")
+        for i, t in enumerate([case.good, case.bad])
+    ]
+    metrics = trainer.train_step([Group(PromptRow("x", "3+5+7=", "15"), case.prompt, samples, [1.0, -1.0])])
+    trl = aliases(metrics)
+    assert [trl[f"sampling/importance_sampling_ratio/{k}"] for k in ("min", "mean", "max")] == pytest.approx([1.0] * 3)
+    plain = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-4)).train_step(
+        [Group(PromptRow("x", "3+5+7=", "15"), case.prompt, samples, [1.0, -1.0])]
+    )
+    assert "correction_w_mean" not in plain  # no correction: nothing applied, nothing logged
+
+
 def test_mask_truncated_trains_as_if_the_truncated_sample_were_not_there(tiny_model_dir, case):
     """DAPO's overlong filtering: a truncated sample is no loss term, so the step equals one without it."""
     masked = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-3, mask_truncated=True))

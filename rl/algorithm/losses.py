@@ -24,10 +24,9 @@ import torch
 
 from rl.algorithm.off_policy import ess_ratio, sequence_weights, token_weights
 
-# Stats combined with max (not a sum) across micro-batches and ranks.
-MAX_STATS: frozenset[str] = frozenset(
-    {"is_weight_max", "seq_low_unclipped_max", "seq_high_clipped_max", "logprob_gap_max"}
-)
+# Stats combined with max, and with min, (not a sum) across micro-batches and ranks.
+MAX_STATS: frozenset[str] = frozenset({"is_weight_max", "seq_high_clipped_max", "logprob_gap_max", "correction_w_max"})
+MIN_STATS: frozenset[str] = frozenset({"seq_low_clipped_min", "correction_w_min"})  # inf where nothing counted
 # Every key of ``LossOutput.stats``: a fixed set, so ranks can all-reduce them as one vector.
 STAT_KEYS: tuple[str, ...] = (
     "tokens",
@@ -35,7 +34,7 @@ STAT_KEYS: tuple[str, ...] = (
     "clipped_tokens",
     "low_clipped_tokens",
     "high_clipped_tokens",
-    "seq_low_unclipped_max",
+    "seq_low_clipped_min",
     "seq_high_clipped_max",
     "ratio_sum",
     "approx_kl_sum",
@@ -49,6 +48,10 @@ STAT_KEYS: tuple[str, ...] = (
     "opsm_masked_seqs",
     "logprob_gap_abs_sum",
     "logprob_gap_max",
+    "correction_w_sum",
+    "correction_w_units",
+    "correction_w_min",
+    "correction_w_max",
     "kl_ref_sum",
     "entropy_sum",
 )
@@ -176,6 +179,7 @@ def policy_loss(
     w_tok = token_weights(trainer, behav)
     w_seq = sequence_weights(trainer, behav, m)
     weight, masked_tokens, masked_units = _correction(spec, w_tok, w_seq, m)  # correction is "none" when coupled
+    applied = _applied_weights(spec, weight, m, n_tok > 0)  # TRL's importance_sampling_ratio: per token or sequence
     opsm = _off_policy_masked(spec, logp, behav, advantages, m, n_tok)
     weight = torch.where(opsm.unsqueeze(-1), 0.0, weight)
     high_entropy = _high_entropy(spec, entropy, m)
@@ -244,7 +248,7 @@ def policy_loss(
             "clipped_tokens": (was_clipped & m).double().sum(),
             "low_clipped_tokens": low_clipped.double().sum(),
             "high_clipped_tokens": high_clipped.double().sum(),
-            "seq_low_unclipped_max": _seq_max(1.0 - _seq_share(low_clipped, n_tok), has),
+            "seq_low_clipped_min": _seq_min(_seq_share(low_clipped, n_tok), has),
             "seq_high_clipped_max": _seq_max(_seq_share(high_clipped, n_tok), has),
             "ratio_sum": (ratio_d * fm).sum(),
             "approx_kl_sum": ((torch.exp(log_ratio_d) - 1.0 - log_ratio_d) * fm).sum(),
@@ -258,6 +262,10 @@ def policy_loss(
             "opsm_masked_seqs": opsm.double().sum(),
             "logprob_gap_abs_sum": (gap * fm).sum(),
             "logprob_gap_max": (gap * fm).max() if gap.numel() else fm.new_zeros(()),
+            "correction_w_sum": applied.double().sum(),
+            "correction_w_units": fm.new_tensor(float(applied.numel())),
+            "correction_w_min": applied.double().min() if applied.numel() else fm.new_tensor(math.inf),
+            "correction_w_max": applied.double().max() if applied.numel() else fm.new_zeros(()),
             "kl_ref_sum": (kl.detach().double() * fm).sum() if kl is not None else fm.new_zeros(()),
             "entropy_sum": (ent.detach().double() * fm).sum() if ent is not None else fm.new_zeros(()),
             "units": units.double(),
@@ -269,14 +277,21 @@ def policy_loss(
 
 
 def empty_stats() -> dict[str, float]:
-    """All stats at zero: the start of a fold with ``merge_stats`` (every ``MAX_STATS`` value is >= 0, so 0 is a safe
-    max)."""
-    return dict.fromkeys(STAT_KEYS, 0.0)
+    """The start of a fold with ``merge_stats``: sums at zero, ``MAX_STATS`` at zero (every such value is >= 0, so 0
+    is a safe max), ``MIN_STATS`` at infinity."""
+    return {k: math.inf if k in MIN_STATS else 0.0 for k in STAT_KEYS}
 
 
 def merge_stats(total: dict[str, float], new: dict[str, float]) -> dict[str, float]:
-    """Combine two stats dicts: sums add, ``MAX_STATS`` take the max; an empty ``total`` starts the fold."""
-    return {k: (max(total.get(k, v), v) if k in MAX_STATS else total.get(k, 0.0) + v) for k, v in new.items()}
+    """Combine two stats dicts: sums add, ``MAX_STATS`` take the max, ``MIN_STATS`` the min; an empty ``total``
+    starts the fold."""
+
+    def merged(k: str, v: float) -> float:
+        if k in MAX_STATS:
+            return max(total.get(k, v), v)
+        return min(total.get(k, v), v) if k in MIN_STATS else total.get(k, 0.0) + v
+
+    return {k: merged(k, v) for k, v in new.items()}
 
 
 def finalize_stats(sums: dict[str, float]) -> dict[str, float]:
@@ -295,7 +310,7 @@ def finalize_stats(sums: dict[str, float]) -> dict[str, float]:
         "clip_fraction": per_token("clipped_tokens"),
         "clip_low_fraction": per_token("low_clipped_tokens"),
         "clip_high_fraction": per_token("high_clipped_tokens"),
-        "clip_low_seq_min": 1.0 - sums["seq_low_unclipped_max"] if sums["seqs"] > 0 else 0.0,
+        "clip_low_seq_min": _finite(sums["seq_low_clipped_min"]),
         "clip_high_seq_max": sums["seq_high_clipped_max"],
         "ratio_mean": per_token("ratio_sum"),
         "approx_kl": per_token("approx_kl_sum"),
@@ -308,6 +323,26 @@ def finalize_stats(sums: dict[str, float]) -> dict[str, float]:
         "logprob_gap_max": sums["logprob_gap_max"],
         "kl_ref": per_token("kl_ref_sum"),
         "entropy": per_token("entropy_sum"),
+        **_correction_weights(sums),
+    }
+
+
+def _finite(value: float) -> float:
+    """A ``MIN_STATS`` value, 0 where nothing was counted."""
+    return value if math.isfinite(value) else 0.0
+
+
+def _correction_weights(sums: dict[str, float]) -> dict[str, float]:
+    """The correction's applied weights (after the cap or the mask), per token or per sequence as it weighs them:
+    mean, least and most; none without a correction."""
+    units = sums["correction_w_units"]
+    if units == 0:
+        return {}
+    mean = sums["correction_w_sum"] / units
+    return {
+        "correction_w_mean": mean,
+        "correction_w_min": _finite(sums["correction_w_min"]),
+        "correction_w_max": sums["correction_w_max"],
     }
 
 
@@ -362,6 +397,21 @@ def _seq_share(flags: torch.Tensor, n_tok: torch.Tensor) -> torch.Tensor:
 def _seq_max(values: torch.Tensor, has: torch.Tensor) -> torch.Tensor:
     """The largest of ``values`` over rows with masked tokens (0 when there are none: every value here is >= 0)."""
     return torch.where(has, values, 0.0).max() if values.numel() else values.new_zeros(())
+
+
+def _seq_min(values: torch.Tensor, has: torch.Tensor) -> torch.Tensor:
+    """The least of ``values`` over rows with masked tokens (infinity when there are none)."""
+    return torch.where(has, values, math.inf).min() if values.numel() else values.new_tensor(math.inf)
+
+
+def _applied_weights(spec: LossSpec, weight: torch.Tensor, m: torch.Tensor, has: torch.Tensor) -> torch.Tensor:
+    """The correction's weights as applied, flat: one per masked token (token modes) or per sequence with tokens
+    (sequence modes); empty without a correction."""
+    if spec.correction == "none":
+        return weight.new_zeros(0)
+    if spec.correction.endswith("-seq"):
+        return weight[:, 0][has] if weight.numel() else weight.new_zeros(0)
+    return weight[m]
 
 
 def _off_policy_masked(

@@ -21,6 +21,9 @@ SAME_AS = {  # TRL's name: Tailor's, one quantity under both names
     "clip_ratio/high_max": "clip_high_seq_max",
     "sampling/sampling_logp_difference/mean": "logprob_gap",  # |trainer - vLLM| log-prob of the sampled tokens
     "sampling/sampling_logp_difference/max": "logprob_gap_max",
+    "sampling/importance_sampling_ratio/min": "correction_w_min",  # with algorithm.correction: the applied weights
+    "sampling/importance_sampling_ratio/mean": "correction_w_mean",
+    "sampling/importance_sampling_ratio/max": "correction_w_max",
     "completions/clipped_ratio": "truncated_frac",  # cut at the token cap
     "completions/mean_length": "response_len_mean",
     "completions/max_length": "response_len_max",
