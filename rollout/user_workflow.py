@@ -8,7 +8,8 @@ moves: ``await episode.generate()`` samples the model's next turn after everythi
 sampler's log-probs), ``episode.append(text_or_ids)`` adds tokens the model did not write (feedback, an
 observation; not trained on). The episode is one token sequence, never re-rendered, so what the trainer scores is
 exactly what the engine sampled. ``rollout.max_tokens`` bounds everything after the prompt; a shaping controller may
-stop an episode at any time (``generate`` then returns at once). Rewards get the whole text after the prompt.
+stop an episode at any time (``generate`` then returns at once). Rewards get the whole text after the prompt, and
+what ``run`` returns, a dict, as keyword arguments (TRL's ``rollout_func`` forwards its extra fields so).
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from rl.rollout.tool_workflow import reset_arguments
 from rl.rollout.tools import load_named
 from rl.rollout.workflow import Episode, EpisodeTrace
 
+from rl.rewards.pool import TRL_HOOKS
 from rl.types import PromptRow, Sample, assistant_message
 
 RunFn = Callable[["EpisodeContext", dict[str, Any]], Awaitable[Any]]
+# the reward keyword arguments besides the row's columns, which a workflow's returned keys may not take
+REWARD_ARGUMENTS = ("prompts", "completions", "completion_ids", "completion_length", "environments", *TRL_HOOKS)
 
 
 class Turn(NamedTuple):
@@ -160,14 +164,16 @@ class UserWorkflow:
         self, engine: InferenceEngine, trace: EpisodeTrace, row: PromptRow, sampling: SamplingSpec
     ) -> Episode:
         episode = EpisodeContext(engine, trace, self.prompt(row), sampling, self.tokenizer)
+        arguments = reset_arguments(row)
         try:
-            await self.user_run(episode, reset_arguments(row))
+            returned = await self.user_run(episode, arguments)
         except WorkflowError as e:
             raise WorkflowError(f"rollout.workflow {self.spec!r}: {e}") from None
         except Exception as e:
             raise WorkflowError(f"rollout.workflow {self.spec!r} raised {type(e).__name__}: {e}") from None
         if not trace.turns:
             raise WorkflowError(f"rollout.workflow {self.spec!r}: an episode ended without a generate call")
+        extras = self._extras(returned, arguments)
         text = episode.text
         sample = Sample(
             index=trace.index,
@@ -179,4 +185,20 @@ class UserWorkflow:
             loss_mask=trace.mask,
         )
         completion = [assistant_message(text)] if isinstance(row.prompt, list) else text
-        return Episode(episode.prompt_ids, sample, turns=trace.turns, messages=completion)
+        return Episode(episode.prompt_ids, sample, turns=trace.turns, messages=completion, extras=extras)
+
+    def _extras(self, returned: Any, row: dict[str, Any]) -> dict[str, Any]:
+        """What ``run`` returned, as reward keyword arguments: None, or a dict whose keys no other argument has."""
+        if returned is None:
+            return {}
+        if not isinstance(returned, dict) or not all(isinstance(k, str) for k in returned):
+            raise WorkflowError(
+                f"rollout.workflow {self.spec!r} returned {type(returned).__name__}: return None, or a dict of "
+                "reward keyword arguments"
+            )
+        taken = sorted(returned.keys() & (set(row) | set(REWARD_ARGUMENTS)))
+        if taken:
+            raise WorkflowError(
+                f"rollout.workflow {self.spec!r} returned {taken[0]!r}, a name rewards get already; rename it"
+            )
+        return dict(returned)

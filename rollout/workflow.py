@@ -38,6 +38,7 @@ class Episode:
     environment: Any = None  # the episode's environment as rewards see it (TRL's ``environments``): a snapshot
     # the completion as rewards get it, TRL's form: chat messages (text after a text prompt, from a user's workflow)
     messages: list[dict[str, Any]] | str = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)  # a user workflow's reward keyword arguments (its return)
 
     @property
     def generated_tokens(self) -> int:
@@ -210,9 +211,12 @@ def kept_episodes(result: GroupResult, episodes: list[Episode]) -> list[Episode]
     return [episodes[s.index] for s in result.samples]
 
 
-def environments(episodes: list[Episode]) -> dict[str, list[Any]]:
-    """TRL's ``environments`` reward argument of ``episodes`` (one a completion), for runs with an environment."""
-    return {"environments": [e.environment for e in episodes]} if any(e.environment for e in episodes) else {}
+def episode_columns(episodes: list[Episode]) -> dict[str, list[Any]]:
+    """The reward keyword arguments ``episodes`` add, one value a completion: TRL's ``environments`` (runs with an
+    environment) and each key a user's workflow returned (``None`` for an episode that returned none under it)."""
+    columns = {"environments": [e.environment for e in episodes]} if any(e.environment for e in episodes) else {}
+    keys = sorted({k for e in episodes for k in e.extras})
+    return columns | {k: [e.extras.get(k) for e in episodes] for k in keys}
 
 
 def tool_stats(episodes: list[Episode]) -> dict[str, int]:

@@ -258,7 +258,7 @@ class Tally:
 def test_an_environment_owned_reward_scores_each_episode_from_its_live_state(rollout_worker, tokenizer):
     """``get_reward()`` runs on each episode's live instance in the rollout worker as the episode ends; the reward
     workers' built-in ``environment`` reads it from the snapshot, one value per episode."""
-    from rl.rollout.workflow import environments
+    from rl.rollout.workflow import episode_columns
 
     from rl.rewards.pool import RewardPool
 
@@ -268,7 +268,7 @@ def test_an_environment_owned_reward_scores_each_episode_from_its_live_state(rol
     calls = [float(e.tools.calls) for e in group]
     assert [e.environment.calls for e in group] == calls and any(calls)
     with RewardPool([("environment", 1.0)], 1) as pool:  # a worker process: the snapshot crosses to it
-        scored = pool.score_sync(["3+1="] * len(group), [e.sample.text for e in group], environments(group))
+        scored = pool.score_sync(["3+1="] * len(group), [e.sample.text for e in group], episode_columns(group))
     assert scored.rewards == calls and sum(scored.failures.values()) == 0
 
 

@@ -40,6 +40,22 @@ class Broken:
         raise KeyError("no such tool")
 
 
+async def scored_by_length(episode, row):
+    """Answers, and hands the rewards its own score of the answer."""
+    turn = await episode.generate()
+    return {"workflow_score": float(len(turn.ids)), **({"retried": True} if row["answer"] == "4" else {})}
+
+
+async def takes_a_column(episode, row):
+    await episode.generate()
+    return {"answer": "mine"}
+
+
+async def returns_a_number(episode, row):
+    await episode.generate()
+    return 3
+
+
 async def retry_but_fail_on_evens(episode, row):
     """answer_then_retry, but raising on the problems whose answer is even."""
     if int(row["answer"]) % 2 == 0:
@@ -85,6 +101,29 @@ def test_a_workflow_file_runs_two_turns_with_feedback_between_and_the_trainer_ag
         recomputed = trainer.sequence_logprobs(prompt, s.tokens)
         gaps = [abs(a - b) for a, b, m in zip(recomputed, s.logprobs, s.loss_mask, strict=True) if m == 1]
         assert max(gaps) < 1e-3, f"largest gap {max(gaps)}"  # exactly what the engine sampled, turns and all
+
+
+def test_what_a_workflow_returns_reaches_the_rewards_as_keyword_arguments(rollout_worker, tmp_path):
+    from rl.rollout.workflow import episode_columns
+
+    from rl.rewards.pool import RewardPool
+
+    _, _, episodes = group(rollout_worker, f"{workflow_file(tmp_path)}:scored_by_length", "returns")
+    columns = episode_columns(episodes)
+    assert columns["workflow_score"] == [float(len(e.sample.tokens)) for e in episodes]
+    assert columns["retried"] == [True] * len(episodes)  # ROW's answer is 4: every episode returned it
+    reward = tmp_path / "reward.py"
+    reward.write_text("def by_workflow(completions, workflow_score, **kwargs):\n    return list(workflow_score)\n")
+    with RewardPool([(f"{reward}:by_workflow", 1.0)], 1) as pool:  # a worker process: the values cross to it
+        scored = pool.score_sync([ROW.prompt] * len(episodes), [e.sample.text for e in episodes], columns)
+    assert scored.rewards == columns["workflow_score"]
+    for name, said in (
+        ("takes_a_column", "returned 'answer', a name rewards get already; rename it"),
+        ("returns_a_number", "returned int: return None, or a dict of reward keyword arguments"),
+    ):
+        with pytest.raises(ray.exceptions.RayTaskError) as raised:
+            group(rollout_worker, f"{workflow_file(tmp_path)}:{name}", name)
+        assert said in [line for line in str(raised.value).splitlines() if "WorkflowError" in line][-1]
 
 
 def test_a_workflow_that_raises_fails_its_group_in_one_line(rollout_worker, tmp_path):

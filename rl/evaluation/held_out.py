@@ -30,7 +30,7 @@ from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
 from rl.rollout.episode_settings import EpisodeSettings
-from rl.rollout.workflow import Episode, Workflow, environments
+from rl.rollout.workflow import Episode, Workflow, episode_columns
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.types import PromptRow
@@ -163,7 +163,7 @@ async def _scored(
         [r.prompt for r in flat_rows],
         [e.messages for e in episodes]
         or [encoder.completion(r.prompt, s.text) for r, s in zip(flat_rows, flat, strict=True)],
-        encoder.columns(flat_rows, flat) | environments(episodes),
+        encoder.columns(flat_rows, flat) | episode_columns(episodes),
         state,
     )
     primary = next(iter(scored.per_function.values()))

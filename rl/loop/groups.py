@@ -21,7 +21,7 @@ from rl.rewards.pool import RewardPool
 from rl.rollout.engine import SamplingSpec
 from rl.rollout.episode_settings import episode_settings
 from rl.rollout.scorer_worker import ScorerClient
-from rl.rollout.workflow import Episode, environments
+from rl.rollout.workflow import Episode, episode_columns
 from rl.shaping.factory import make_policy, shaping_options
 from rl.shaping.idle_governor import IdleGovernor
 from rl.shaping.policy import ShapingPolicy
@@ -102,7 +102,7 @@ class GroupMaker:
         scored = await self.rewards.score(
             [row.prompt] * len(samples),
             [e.messages for e in episodes] or [self.encoder.completion(row.prompt, s.text) for s in samples],
-            self.encoder.columns([row] * len(samples), samples) | environments(episodes),
+            self.encoder.columns([row] * len(samples), samples) | episode_columns(episodes),
             self.state(generated_with),
         )
         self.counters.scored_samples += len(samples)
