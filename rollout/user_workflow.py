@@ -24,6 +24,7 @@ from rl.rollout.tool_workflow import reset_arguments
 from rl.rollout.tools import load_named
 from rl.rollout.workflow import Episode, EpisodeTrace
 
+from rl.inputs.prompting import PromptEncoder
 from rl.rewards.pool import TRL_HOOKS
 from rl.types import PromptRow, Sample, assistant_message
 
@@ -148,22 +149,17 @@ class UserWorkflow:
     """A ``Workflow`` that runs a user's ``run(episode, row)`` on each episode."""
 
     def __init__(self, spec: str, run: RunFn, tokenizer: Any, template_kwargs: dict[str, Any]) -> None:
-        self.spec, self.user_run, self.tokenizer, self.template_kwargs = spec, run, tokenizer, template_kwargs
+        self.spec, self.user_run = spec, run
+        self.encoder = PromptEncoder(tokenizer, template_kwargs)  # a single-turn run's rendering of the prompt
 
     def prompt(self, row: PromptRow) -> list[int]:
         """The ids an episode of ``row`` starts from: its prompt as a single-turn run renders it."""
-        if isinstance(row.prompt, list):
-            return list(
-                self.tokenizer.apply_chat_template(
-                    row.prompt, add_generation_prompt=True, tokenize=True, return_dict=False, **self.template_kwargs
-                )
-            )
-        return self.tokenizer(row.prompt)["input_ids"]
+        return self.encoder.encode(row.prompt)
 
     async def run(
         self, engine: InferenceEngine, trace: EpisodeTrace, row: PromptRow, sampling: SamplingSpec
     ) -> Episode:
-        episode = EpisodeContext(engine, trace, self.prompt(row), sampling, self.tokenizer)
+        episode = EpisodeContext(engine, trace, self.prompt(row), sampling, self.encoder.tokenizer)
         arguments = reset_arguments(row)
         try:
             returned = await self.user_run(episode, arguments)

@@ -10,10 +10,13 @@ from rl.types import PromptRow, Sample, assistant_message
 class PromptEncoder:
     """Encodes prompts (text or chat messages) to token ids and shapes completions the TRL way."""
 
-    def __init__(self, model_dir: str, template_kwargs: dict[str, Any] | None = None) -> None:
-        from transformers import AutoTokenizer
+    def __init__(self, model: str | Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        """``model``: a model folder, whose tokenizer is loaded, or a loaded tokenizer."""
+        if isinstance(model, str):
+            from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+            model = AutoTokenizer.from_pretrained(model)
+        self.tokenizer = model
         self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs, for every chat rendering
         self._cache: dict[str, list[int]] = {}
         self.tools: list[dict[str, Any]] | None = None  # tool schemas the chat template renders (rollout.tools)
