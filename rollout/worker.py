@@ -11,9 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rl.rollout.engine import EngineSpec, InferenceEngine, SamplingSpec, start_engine
+from rl.rollout.episode_settings import EpisodeSettings
 from rl.rollout.group_runner import GroupResult, ScoreFn, run_group
-from rl.rollout.tool_workflow import ToolSettings
-from rl.rollout.user_workflow import UserWorkflowSettings
 from rl.rollout.vllm_adapter import configure_cpu_threads
 from rl.rollout.workflow import Episode, Workflow, kept_episodes, run_episodes
 from rl.shaping.policy import GroupController
@@ -44,8 +43,7 @@ class RolloutWorker:
 
         self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
         self.sync_seconds: list[float] = []
-        # built once per settings, on first use
-        self.workflows: dict[ToolSettings | UserWorkflowSettings, Workflow] = {}
+        self.workflows: dict[EpisodeSettings, Workflow] = {}  # built once per settings, on first use
 
     def _decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -79,7 +77,7 @@ class RolloutWorker:
         group_id: str,
         row: PromptRow,
         sampling: SamplingSpec,
-        workflow: Workflow | ToolSettings | UserWorkflowSettings,
+        workflow: Workflow | EpisodeSettings,
         controller: GroupController,
         progress_every_tokens: int = 0,
         score_texts: ScoreFn | None = None,
@@ -87,7 +85,7 @@ class RolloutWorker:
         """``generate_group`` for episodes of ``row`` under ``workflow`` (multi-turn, tools): their prompt ids, the
         group's result and the kept episodes (``run_episodes``). Settings (``ToolSettings``, ``UserWorkflowSettings``)
         are built here into their workflow on this worker's tokenizer."""
-        if isinstance(workflow, (ToolSettings, UserWorkflowSettings)):
+        if isinstance(workflow, EpisodeSettings):
             if workflow not in self.workflows:
                 self.workflows[workflow] = workflow.build(self.tokenizer)
             workflow = self.workflows[workflow]

@@ -22,7 +22,7 @@ import numpy as np
 from rl.config import RolloutConfig
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.groups import rollout_sampling
-from rl.output.console import last_raised
+from rl.output.console import error_line
 from rl.output.metrics import length_stats
 from rl.output.progress import Progress
 from rl.output.trl_metrics import aliases
@@ -111,7 +111,7 @@ async def sample_and_score(
         try:
             result = await launch(workers[i % len(workers)], row)
         except Exception as e:  # its group failed (a workflow or environment that raised, a dead worker): left out
-            result = last_raised(str(e)) or type(e).__name__
+            result = error_line(e)
         if bar is not None:
             bar.advance()
         if on_problem is not None:

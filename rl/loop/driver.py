@@ -38,7 +38,7 @@ from rl.loop.stall import StallWatch, rollout_state, warn_of_stalls
 from rl.loop.steps import RunStopped, batch_step, streamed_step
 from rl.loop.weight_sync import WeightSync
 from rl.output.completions import completion_rows
-from rl.output.console import eval_line, last_raised, step_postfix
+from rl.output.console import error_line, eval_line, last_raised, step_postfix
 from rl.output.metrics import MetricsLogger, summarize_groups
 from rl.output.progress import Progress
 from rl.output.provenance import stack_versions
@@ -353,7 +353,7 @@ class Driver:
             if isinstance(e, RayActorError):  # the pool says once that the worker died; each of its groups, here
                 log.debug("group %s failed: %s", row.prompt_id, e)
                 self._lost(worker)
-            elif (error := last_raised(str(e)) or type(e).__name__) not in self.group_errors:
+            elif (error := error_line(e)) not in self.group_errors:
                 self.group_errors.add(error)
                 log.error(
                     "group %s failed: %s (groups failing so again: counted in rollout_errors)", row.prompt_id, error

@@ -281,6 +281,11 @@ def last_raised(text: str) -> str:
     return re.sub(r"^[\w.]+\.(?=\w+(Error|Exception)\b)", "", raised[-1]) if raised else ""  # the class, not its module
 
 
+def error_line(error: BaseException) -> str:
+    """An error as one line: ``last_raised`` of its text (a remote one's carries its traceback), else its class."""
+    return last_raised(str(error)) or type(error).__name__
+
+
 def eval_line(tag: str, step: int, metrics: dict[str, float]) -> str:
     """A held-out evaluation's line: its tag, the trainer's step, the accuracy (with several samples a problem, and
     pass@k at the most samples), how many problems, the share of samples the accuracy reward gave no value
