@@ -32,7 +32,7 @@ from rl.trainer.hooks import loss_hooks
 from rl.trainer.lr_schedule import lr_factor
 
 from rl.algorithm.entropy_control import EntropyControl
-from rl.algorithm.losses import MAX_STATS, MIN_STATS, empty_stats, finalize_stats, merge_stats, policy_loss
+from rl.algorithm.losses import combined_by, empty_stats, finalize_stats, merge_stats, policy_loss
 from rl.algorithm.off_policy import ess_lr_scale
 from rl.config import LoraConfig
 from rl.loop.checkpoint import ADAPTER_DIR, ADAPTER_WEIGHTS, REFERENCE_WEIGHTS
@@ -438,21 +438,20 @@ class FSDPEngine:
         return {"gpu_peak_gib": torch.cuda.max_memory_allocated(self.device) / 2**30}
 
     def _global_totals(self) -> dict[str, float]:
-        """This step's loss units, loss sum and stats, summed (max for ``MAX_STATS``, min for ``MIN_STATS``) over
-        all ranks."""
+        """This step's loss units, loss sum and stats, combined over all ranks as ``combined_by`` says (sums, max,
+        min)."""
         totals = {**self._stats, "units": self._units, "loss_sum": self._loss_sum}
         if self.world_size == 1:
             return totals
         keys = sorted(totals)
-        summed = torch.tensor([totals[k] if k not in MAX_STATS | MIN_STATS else 0.0 for k in keys], dtype=torch.float64)
-        maxed = torch.tensor([totals[k] if k in MAX_STATS else -math.inf for k in keys], dtype=torch.float64)
-        mined = torch.tensor([totals[k] if k in MIN_STATS else math.inf for k in keys], dtype=torch.float64)
-        torch.distributed.all_reduce(summed)
-        torch.distributed.all_reduce(maxed, op=torch.distributed.ReduceOp.MAX)
-        torch.distributed.all_reduce(mined, op=torch.distributed.ReduceOp.MIN)
-        reduced = {"max": maxed, "min": mined, "sum": summed}
-        kind = {k: "max" if k in MAX_STATS else "min" if k in MIN_STATS else "sum" for k in keys}
-        return {k: float(reduced[kind[k]][i]) for i, k in enumerate(keys)}
+        op = torch.distributed.ReduceOp
+        ops = {"sum": (0.0, op.SUM), "max": (-math.inf, op.MAX), "min": (math.inf, op.MIN)}
+        reduced = {}
+        for kind, (neutral, reduce_op) in ops.items():  # one vector a kind, other kinds' places at its neutral value
+            values = torch.tensor([totals[k] if combined_by(k) == kind else neutral for k in keys], dtype=torch.float64)
+            torch.distributed.all_reduce(values, op=reduce_op)
+            reduced[kind] = values
+        return {k: float(reduced[combined_by(k)][i]) for i, k in enumerate(keys)}
 
     @torch.no_grad()
     def sequence_logprobs(self, prompt_tokens: list[int], response_tokens: list[int]) -> list[float]:

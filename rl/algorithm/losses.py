@@ -282,14 +282,20 @@ def empty_stats() -> dict[str, float]:
     return {k: math.inf if k in MIN_STATS else 0.0 for k in STAT_KEYS}
 
 
+def combined_by(key: str) -> Literal["sum", "max", "min"]:
+    """How a stat combines across micro-batches and ranks: ``MAX_STATS`` by max, ``MIN_STATS`` by min, the rest
+    (and the loss's units and sum) by sum."""
+    return "max" if key in MAX_STATS else "min" if key in MIN_STATS else "sum"
+
+
 def merge_stats(total: dict[str, float], new: dict[str, float]) -> dict[str, float]:
-    """Combine two stats dicts: sums add, ``MAX_STATS`` take the max, ``MIN_STATS`` the min; an empty ``total``
-    starts the fold."""
+    """Combine two stats dicts as ``combined_by`` says; an empty ``total`` starts the fold."""
 
     def merged(k: str, v: float) -> float:
-        if k in MAX_STATS:
-            return max(total.get(k, v), v)
-        return min(total.get(k, v), v) if k in MIN_STATS else total.get(k, 0.0) + v
+        kind = combined_by(k)
+        if kind == "sum":
+            return total.get(k, 0.0) + v
+        return (max if kind == "max" else min)(total.get(k, v), v)
 
     return {k: merged(k, v) for k, v in new.items()}
 
