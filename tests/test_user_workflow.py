@@ -15,6 +15,7 @@ from rl.trainer.worker import TrainerWorker
 from small_runs import on_the_warm_engine, small_run
 
 from rl.cli.main import main
+from rl.inputs.preflight import BadInput, preflight
 from rl.loop.driver import RunFailed, run_training
 from rl.types import PromptRow
 
@@ -151,6 +152,29 @@ def test_a_run_trains_on_the_episodes_and_goes_on_past_those_that_fail(ray_sessi
     assert said[0].endswith(
         ":retry_but_fail_on_evens' raised KeyError: 'no such tool' (groups failing so again: counted in rollout_errors)"
     )
+
+
+def test_a_reward_may_require_what_the_workflow_returns_as_trl_rewards_do(ray_session, rollout_worker, tmp_path):
+    reward = tmp_path / "by_workflow.py"
+    reward.write_text("def r(completions, workflow_score, **kwargs):\n    return [s / 100 for s in workflow_score]\n")
+    scored = ["reward.functions=[{fn: " + f"{reward}:r" + "}]", "train.max_steps=1", "train.max_staleness=0"]
+    with pytest.raises(BadInput, match="it needs 'workflow_score', which the data has no column for"):
+        preflight(small_run(tmp_path, "no-workflow", *scored))  # no workflow: nothing can give it
+    spec = f"{workflow_file(tmp_path)}:scored_by_length"
+    summary = run_training(
+        small_run(tmp_path, "wf-reward", *scored, f"rollout.workflow={spec}"),
+        start_actors=on_the_warm_engine(rollout_worker),
+    )
+    records = [json.loads(line) for line in (tmp_path / "wf-reward" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert summary["steps"] == 1 and summary["reward_failures"].get("raised", 0) == 0
+    assert train[0]["reward_mean"] == pytest.approx(train[0]["response_len_mean"] / 100, rel=1e-3)
+    spec = f"{workflow_file(tmp_path)}:answer_then_retry"  # returns nothing
+    with pytest.raises(RunFailed, match="missing 1 required positional argument: 'workflow_score'"):
+        run_training(
+            small_run(tmp_path, "wf-none", *scored, f"rollout.workflow={spec}"),
+            start_actors=on_the_warm_engine(rollout_worker),
+        )
 
 
 def test_a_workflow_that_always_raises_stops_the_run_at_its_first_evaluation(ray_session, rollout_worker, tmp_path):

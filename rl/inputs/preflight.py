@@ -7,13 +7,14 @@ logged warning. ``preflight`` returns what the driver needs, so nothing is loade
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
 import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -642,10 +643,41 @@ def check_rewards(
     extra_columns: dict[str, list[Any]],
 ) -> list[float | None]:
     """``check_reward`` of each reward function on the first of ``rows``, with the ``trainer_state`` of a run's
-    first step; their values for it."""
+    first step; their values for it. With ``rollout.workflow``, a reward that requires an argument no row gives
+    (one that the workflow's ``run`` returns, as TRL's ``rollout_func`` extra fields) is left to the run: a workflow
+    that never returns it stops the run after a step's worth of groups, naming the argument."""
     state = RewardState.at(0, cfg.train.max_steps, cfg.train.batch_groups, len(rows))
-    timeout_s = cfg.reward.timeout_s
-    return [check_reward(name, fn, rows[0], encoder, timeout_s, state, extra_columns) for name, fn in functions]
+    given = set(reward_arguments(rows[0], extra_columns))
+    values = []
+    for name, fn in functions:
+        if cfg.rollout.workflow is not None and (needs := required_beyond(fn, given)):
+            log.info(
+                "reward %r is checked at the first groups, not here: it needs %s, which rollout.workflow %r returns",
+                name,
+                ", ".join(needs),
+                cfg.rollout.workflow,
+            )
+            continue
+        values.append(check_reward(name, fn, rows[0], encoder, cfg.reward.timeout_s, state, extra_columns))
+    return values
+
+
+def reward_arguments(row: PromptRow, extra: Iterable[str] = ()) -> list[str]:
+    """The keyword arguments a reward call on ``row``'s group gets: ``prompts``, ``completions``, the row's columns
+    and the per-sample ones, ``extra`` (what episodes add), TRL's hooks."""
+    sample = Sample(index=0, tokens=[], logprobs=[], versions=[], finish_reason="stop")
+    return ["prompts", "completions", *PromptEncoder.columns([row], [sample]), *extra, *TRL_HOOKS]
+
+
+def required_beyond(fn: Callable[..., Any], given: set[str]) -> list[str]:
+    """The parameters ``fn`` requires (no default) that are none of ``given``; none where its signature cannot be
+    read."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or an extension's callable
+        return []
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters if p.kind in named and p.default is p.empty and p.name not in given]
 
 
 def check_reward(
@@ -697,7 +729,7 @@ def check_reward(
             error = (
                 f"it needs {missing.group(1)}, which the data has no column for; give data with it or drop the reward"
             )
-        arguments = ", ".join(["prompts", "completions", *columns, *TRL_HOOKS])
+        arguments = ", ".join(reward_arguments(row, extra_columns or {}))
         raise BadInput(f"{where}: {error} (a reward gets the keyword arguments {arguments})")
     if "bad_output" in outcome:
         raise BadInput(f"{where}: {outcome['bad_output']}")
