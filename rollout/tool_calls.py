@@ -15,6 +15,8 @@ turn that calls a probe tool, and the way the call comes out picks the reader. A
 - ``MistralArgs``: ``[TOOL_CALLS]NAME[ARGS]{...}`` for each call (Mistral Small 3.2, Magistral, Devstral).
 - ``KeyValueTags``: ``<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>...</tool_call>`` (GLM-4.5
   and later), values typed by the tool's schema as ``XmlInTags``'s.
+- ``CompactCalls``: ``<|tool_call>call:NAME{key:value,...}<tool_call|>`` (Gemma 4): keys bare, text between
+  ``<|"|>`` marks, numbers and ``true``/``false`` bare, objects and lists nested.
 - ``ResponseTemplate``: ``tokenizer.parse_response`` with the tokenizer's own template.
 
 A call a reader finds but cannot use (broken JSON, arguments that are not an object) is ``ToolCall(name or "?",
@@ -33,8 +35,8 @@ Schemas = list[dict[str, Any]]
 PROBE = "tailor_probe"  # the tool the probe turn calls, with arguments {"x": 1}
 PROBE_CALL = {"id": "tailor001", "type": "function", "function": {"name": PROBE, "arguments": {"x": 1}}}
 CALL_SYNTAXES = (  # what a refusal names
-    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Mistral and GLM-4.5+ "
-    "templates, and of any tokenizer with a response_template"
+    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Mistral, GLM-4.5+ and "
+    "Gemma 4 templates, and of any tokenizer with a response_template"
 )
 TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 XML_NAME = re.compile(r"<function=(?P<name>[^>\n]+)>")
@@ -43,6 +45,11 @@ MISTRAL_CALLS = "[TOOL_CALLS]"  # Mistral's marker before a turn's calls (a spec
 MISTRAL_ARGS = "[ARGS]"  # between a call's name and its arguments, from Mistral's v11 tokenizers on
 TOOL_NAME = re.compile(r"[\w.-]+")  # a tool's name: a Python function's, or an environment method's
 ARG_PAIR = re.compile(r"<arg_key>(?P<key>.*?)</arg_key>\s*<arg_value>(?P<value>.*?)</arg_value>", re.DOTALL)
+COMPACT_CALL = re.compile(r"<\|tool_call>(.*?)<tool_call\|>", re.DOTALL)  # Gemma 4's call markers
+COMPACT_HEAD = re.compile(r"\s*call:(?P<name>[\w.-]+)\s*(?P<arguments>\{.*\})\s*", re.DOTALL)
+COMPACT_QUOTE = '<|"|>'  # opens and closes a text value in Gemma 4's calls
+COMPACT_RESULTS = "<|tool_response>"  # ends a Gemma 4 turn that calls: the results follow it
+THOUGHT = re.compile(r"<\|channel>.*?<channel\|>", re.DOTALL)  # Gemma 4's reasoning, not the turn's content
 
 
 class UnknownCallSyntax(ValueError):
@@ -134,6 +141,115 @@ class KeyValueTags:
 
     def without_calls(self, text: str) -> str:
         return TAGGED.sub("", text)
+
+
+class CompactCalls:
+    """``<|tool_call>call:NAME{...}<tool_call|>``, the arguments in Gemma 4's compact notation (``CompactValue``);
+    text values of an argument the schema types otherwise are typed by it."""
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        calls = []
+        for body in COMPACT_CALL.findall(text):
+            head = COMPACT_HEAD.fullmatch(body)
+            if head is None:
+                named = TOOL_NAME.match(body.strip().removeprefix("call:"))
+                calls.append(ToolCall(named.group(0) if named else "?", None))
+                continue
+            types = _argument_types(schemas, head.group("name"))
+            try:
+                arguments = CompactValue(head.group("arguments")).whole(types)
+            except ValueError:
+                arguments = None
+            calls.append(ToolCall(head.group("name"), arguments))
+        return calls
+
+    def without_calls(self, text: str) -> str:
+        return THOUGHT.sub("", COMPACT_CALL.sub("", text)).replace(COMPACT_RESULTS, "")
+
+
+class CompactValue:
+    """A reader of Gemma 4's compact values: ``{key:value,...}`` (a key bare or between ``<|"|>`` marks),
+    ``[value,...]``, ``<|"|>text<|"|>``, and bare scalars read as JSON (``3``, ``true``, ``null``) or else as text.
+    ``ValueError`` where the text is not one whole value."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.at = text, 0
+
+    def whole(self, types: dict[str, Any]) -> dict[str, Any]:
+        """The text as one object, its top-level values typed by ``types`` (an argument's JSON-schema type)."""
+        value = self.mapping(types)
+        if self._skip_blanks() < len(self.text):
+            raise ValueError("text after the arguments")
+        return value
+
+    def value(self, kind: Any = None) -> Any:
+        at = self._skip_blanks()
+        if self.text.startswith(COMPACT_QUOTE, at):
+            text = self._quoted()
+            return text if kind in (None, "string") else _typed(text, kind)
+        if self.text.startswith("{", at):
+            return self.mapping({})
+        if self.text.startswith("[", at):
+            return self.sequence()
+        end = at
+        while end < len(self.text) and self.text[end] not in ",}]":
+            end += 1
+        raw, self.at = self.text[at:end].strip(), end
+        if not raw:
+            raise ValueError(f"a value is missing at {at}")
+        return None if raw == "None" and kind != "string" else _typed(raw, kind)  # None: as Jinja writes it
+
+    def mapping(self, types: dict[str, Any]) -> dict[str, Any]:
+        self._expect("{")
+        out: dict[str, Any] = {}
+        while not self._take("}"):
+            if out:
+                self._expect(",")
+            at = self._skip_blanks()
+            if self.text.startswith(COMPACT_QUOTE, at):
+                key = self._quoted()
+            else:
+                end = self.text.find(":", at)
+                if end < 0:
+                    raise ValueError(f"a key without a value at {at}")
+                key, self.at = self.text[at:end].strip(), end
+            self._expect(":")
+            out[key] = self.value(types.get(key))
+        return out
+
+    def sequence(self) -> list[Any]:
+        self._expect("[")
+        out: list[Any] = []
+        while not self._take("]"):
+            if out:
+                self._expect(",")
+            out.append(self.value())
+        return out
+
+    def _quoted(self) -> str:
+        start = self.at + len(COMPACT_QUOTE)
+        end = self.text.find(COMPACT_QUOTE, start)
+        if end < 0:
+            raise ValueError("a text value is not closed")
+        self.at = end + len(COMPACT_QUOTE)
+        return self.text[start:end]
+
+    def _take(self, mark: str) -> bool:
+        if self.text.startswith(mark, self._skip_blanks()):
+            self.at += len(mark)
+            return True
+        if self.at >= len(self.text):
+            raise ValueError("the value is not closed")
+        return False
+
+    def _expect(self, mark: str) -> None:
+        if not self._take(mark):
+            raise ValueError(f"{mark!r} expected at {self.at}")
+
+    def _skip_blanks(self) -> int:
+        while self.at < len(self.text) and self.text[self.at].isspace():
+            self.at += 1
+        return self.at
 
 
 class MistralList:
@@ -232,6 +348,8 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
         return MistralArgs()
     if re.search(rf"<tool_call>\s*{PROBE}\s*<arg_key>", text):
         return KeyValueTags()
+    if f"<|tool_call>call:{PROBE}{{" in text:
+        return CompactCalls()
     at = text.find(PROBE)
     if at < 0:
         raise UnknownCallSyntax("its chat template drops an assistant's tool calls")

@@ -5,6 +5,7 @@ ids join the sampled turn as the template renders what follows it; a syntax no r
 import pytest
 from rl.rollout.tool_calls import (
     BareJson,
+    CompactCalls,
     JsonInTags,
     KeyValueTags,
     MistralArgs,
@@ -167,6 +168,52 @@ def test_glm_calls_are_read_typed_and_results_follow_the_token_that_opened_them(
     without = byte_chat_tokenizer("glm")  # no generation config: <|observation|> ends no turn, and nothing joins
     with pytest.raises(ValueError, match="neither ends the assistant's turn nor opens a tool result"):
         ChatTemplateFormat(without).results([("forecast", "sunny")])
+
+
+def test_gemma4_calls_are_read_typed_and_the_results_continue_the_models_turn(tmp_path):
+    """Gemma 4 writes ``call:NAME{...}`` in its own notation and stops on ``<|tool_response>`` (its generation
+    config's), the token that opens the results: they follow it inside the model's turn, and the model goes on
+    with no header of its own."""
+    fmt = ChatTemplateFormat(saved_chat_tokenizer("gemma4", tmp_path))
+    opened = fmt.tokenizer.convert_tokens_to_ids("<|tool_response>")
+    assert type(fmt.reader) is CompactCalls and opened in fmt.turn_ends
+    conversation = [*USER, called("forecast", ARGUMENTS)]
+    said = 'call:forecast{city:<|"|>75001<|"|>,days:3,hours:[6,18],metric:true}'
+    turn = fmt.tokenizer.encode(f"<|tool_call>{said}<tool_call|><|tool_response>", add_special_tokens=False)
+    rendered = list(fmt.tokenizer.apply_chat_template(conversation, tokenize=True, return_dict=False))
+    assert rendered[-len(turn) :] == turn  # as the template writes a call with no result yet
+    assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]
+    assert fmt.prose(turn) == ""
+    results = fmt.results([("forecast", "sunny"), ("forecast", "rain")])
+    tools = [{"role": "tool", "name": "forecast", "content": c} for c in ("sunny", "rain")]
+    answer = fmt.tokenizer.encode("It is sunny.<turn|>", add_special_tokens=False)
+    whole = list(
+        fmt.tokenizer.apply_chat_template(
+            [*conversation, *tools, {"role": "assistant", "content": "It is sunny."}], return_dict=False
+        )
+    )
+    assert rendered + results + answer == whole[:-1]  # nothing between; then the template's newline
+    assert fmt.tokenizer.decode(results) == (
+        'response:forecast{value:<|"|>sunny<|"|>}<tool_response|><|tool_response>response:forecast{value:<|"|>rain'
+        '<|"|>}<tool_response|>'
+    )
+    assert fmt.calls(answer, []) == []
+
+    def read(text: str) -> list[ToolCall]:
+        return fmt.calls(fmt.tokenizer.encode(text, add_special_tokens=False), [tool_schema(forecast)])
+
+    nested = 'call:plan{steps:[{at:7,say:<|"|>a, b}<|"|>}],note:None, days:<|"|>2<|"|>}'  # commas, braces in text
+    assert read(f"<|tool_call>{nested}<tool_call|>") == [
+        ToolCall("plan", {"steps": [{"at": 7, "say": "a, b}"}], "note": None, "days": "2"})
+    ]
+    assert read('<|tool_call>call:forecast{days:<|"|>2<|"|>,city:75001}<tool_call|>') == [
+        ToolCall("forecast", {"days": 2, "city": "75001"})  # typed by the schema, as the other readers do
+    ]
+    assert read("<|tool_call>call:forecast{days:2<tool_call|>") == [ToolCall("forecast", None)]
+    assert read("<|tool_call>call:forecast{days:2} extra<tool_call|>") == [ToolCall("forecast", None)]
+    assert read("<|tool_call>forecast<tool_call|>") == [ToolCall("forecast", None)]
+    thought = "<|channel>thought\nAsk the tool.<channel|>Let me look."
+    assert fmt.prose(fmt.tokenizer.encode(f"{thought}<|tool_call>{said}<tool_call|>")) == "Let me look."
 
 
 def test_xml_calls_without_a_function_or_a_schema_are_still_read():

@@ -265,6 +265,27 @@ def test_a_glm_turn_ending_on_observation_runs_its_calls_and_the_results_follow_
     assert episode.messages[2]["content"] == "It is 5."
 
 
+def test_a_gemma4_episode_goes_on_in_the_models_turn_after_the_results(tmp_path):
+    """Gemma 4's call turn ends on ``<|tool_response>``, which opens the results inside the model's turn; the model
+    answers after them with no header, and ends on ``<turn|>`` (both in its generation config)."""
+    gemma = ChatTemplateFormat(saved_chat_tokenizer("gemma4", tmp_path))
+    opened, end = gemma.tokenizer.convert_tokens_to_ids(["<|tool_response>", "<turn|>"])
+    turn1 = ids(gemma, 'Let me add.<|tool_call>call:add{a:2,b:<|"|>3<|"|>}<tool_call|>') + [opened]
+    turn2 = ids(gemma, "It is 5.") + [end]
+    episode = run(ToolWorkflow(gemma, [add], None, 4, 1.0), ScriptedEngine([turn1, turn2]))
+    assert episode.tools.calls == 1 and episode.tools.failures == {}
+    assert episode.sample.tokens == turn1 + gemma.results([("add", "5")]) + turn2
+    assert gemma.tokenizer.decode(episode.sample.tokens).endswith(
+        'response:add{value:<|"|>5<|"|>}<tool_response|>It is 5.<turn|>'
+    )
+    assert episode.messages[0] == {
+        "role": "assistant",
+        "content": "Let me add.",
+        "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}],
+    }
+    assert episode.messages[2]["content"] == "It is 5."
+
+
 def test_episode_stops_at_max_tool_calls_and_at_its_token_budget(fmt):
     turn1 = ids(fmt, CALL) + [fmt.end_of_turn]
     capped = run(ToolWorkflow(fmt, [add], None, max_tool_calls=0, timeout_s=1.0), ScriptedEngine([turn1, [7]]))

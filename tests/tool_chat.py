@@ -107,6 +107,30 @@ GLM_TEMPLATE = (  # GLM-4.5's shape: name and key/value tags; no end token after
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+GEMMA4_TEMPLATE = (  # Gemma 4's shape: compact calls; results inside the model's turn, which goes on after them
+    "{% macro v(x) %}{% if x is string %}<|\"|>{{ x }}<|\"|>{% elif x is boolean %}{{ 'true' if x else 'false' }}"
+    "{% elif x is mapping %}{{ '{' }}{% for k, y in x | dictsort %}{{ k }}:{{ v(y) }}{{ '' if loop.last else ',' }}"
+    "{% endfor %}{{ '}' }}{% elif x is sequence %}[{% for y in x %}{{ v(y) }}{{ '' if loop.last else ',' }}"
+    "{% endfor %}]{% else %}{{ x }}{% endif %}{% endmacro %}"
+    "<bos>{% if tools %}<|turn>system\n{% for t in tools %}<|tool>declaration:{{ t.function.name }}<tool|>"
+    "{% endfor %}<turn|>\n{% endif %}"
+    "{% for m in messages %}{% if m.role != 'tool' %}"
+    "{% set before = messages[:loop.index0] | rejectattr('role', 'equalto', 'tool') | list %}"
+    "{% if not (m.role == 'assistant' and before and before[-1].role == 'assistant') %}"
+    "<|turn>{{ 'model' if m.role == 'assistant' else m.role }}\n{% endif %}"
+    "{% for c in m.tool_calls or [] %}<|tool_call>call:{{ c.function.name }}{{ v(c.function.arguments) }}"
+    "<tool_call|>{% endfor %}"
+    "{% set results = namespace(any=false, open=true) %}"
+    "{% for r in messages[loop.index0 + 1:] %}{% if r.role != 'tool' %}{% set results.open = false %}"
+    "{% elif results.open and m.tool_calls %}<|tool_response>response:{{ r.name }}{value:{{ v(r.content) }}}"
+    "<tool_response|>{% set results.any = true %}{% endif %}{% endfor %}"
+    "{{ m.content or '' }}"
+    "{% if m.tool_calls and not results.any %}<|tool_response>{% elif not (results.any and not m.content) %}"
+    "<turn|>\n{% endif %}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt and messages[-1].role != 'tool' %}<|turn>model\n<|channel>thought\n<channel|>"
+    "{% endif %}"
+)
 HARMONY_TEMPLATE = (  # a syntax Tailor does not read: gpt-oss's channels, the call's recipient in its header
     "{% if tools %}<|start|>developer<|message|>{{ tools | tojson }}<|end|>{% endif %}"
     "{% for m in messages %}<|start|>{{ m.role }}{% for c in m.tool_calls or [] %}<|channel|>commentary "
@@ -123,6 +147,7 @@ TEMPLATES = {
     "mistral": MISTRAL_TEMPLATE,
     "mistral11": MISTRAL11_TEMPLATE,
     "glm": GLM_TEMPLATE,
+    "gemma4": GEMMA4_TEMPLATE,
     "harmony": HARMONY_TEMPLATE,
 }
 MISTRAL_SPECIALS = [
@@ -156,11 +181,19 @@ SPECIALS = {
             "</think>",
         ],
     ),
+    "gemma4": (
+        "<eos>",
+        ["<bos>", "<|turn>", "<turn|>", "<|tool>", "<tool|>", "<|channel>", "<channel|>"],
+        ["<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>'],
+    ),
     "harmony": ("<|return|>", ["<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|constrain|>", "<|call|>"], []),
 }
 
 
-GENERATION_EOS = {"glm": ["<|user|>", "<|observation|>"]}  # the turn ends a model's generation config adds
+GENERATION_EOS = {  # the turn ends a model's generation config adds
+    "glm": ["<|user|>", "<|observation|>"],
+    "gemma4": ["<turn|>", "<|tool_response>"],
+}
 
 
 def saved_chat_tokenizer(family: str, folder: Any) -> Any:
