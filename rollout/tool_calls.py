@@ -17,6 +17,8 @@ turn that calls a probe tool, and the way the call comes out picks the reader. A
   and later), values typed by the tool's schema as ``XmlInTags``'s.
 - ``CompactCalls``: ``<|tool_call>call:NAME{key:value,...}<tool_call|>`` (Gemma 4): keys bare, text between
   ``<|"|>`` marks, numbers and ``true``/``false`` bare, objects and lists nested.
+- ``HarmonyMessages``: gpt-oss's messages, a call being one addressed ``to=functions.NAME`` (in its role or its
+  channel header) with JSON arguments, ended by ``<|call|>``; the turn's content is its ``final`` channel.
 - ``ResponseTemplate``: ``tokenizer.parse_response`` with the tokenizer's own template.
 
 A call a reader finds but cannot use (broken JSON, arguments that are not an object) is ``ToolCall(name or "?",
@@ -35,8 +37,8 @@ Schemas = list[dict[str, Any]]
 PROBE = "tailor_probe"  # the tool the probe turn calls, with arguments {"x": 1}
 PROBE_CALL = {"id": "tailor001", "type": "function", "function": {"name": PROBE, "arguments": {"x": 1}}}
 CALL_SYNTAXES = (  # what a refusal names
-    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Mistral, GLM-4.5+ and "
-    "Gemma 4 templates, and of any tokenizer with a response_template"
+    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Mistral, GLM-4.5+, "
+    "Gemma 4 and gpt-oss templates, and of any tokenizer with a response_template"
 )
 TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 XML_NAME = re.compile(r"<function=(?P<name>[^>\n]+)>")
@@ -50,6 +52,10 @@ COMPACT_HEAD = re.compile(r"\s*call:(?P<name>[\w.-]+)\s*(?P<arguments>\{.*\})\s*
 COMPACT_QUOTE = '<|"|>'  # opens and closes a text value in Gemma 4's calls
 COMPACT_RESULTS = "<|tool_response>"  # ends a Gemma 4 turn that calls: the results follow it
 THOUGHT = re.compile(r"<\|channel>.*?<channel\|>", re.DOTALL)  # Gemma 4's reasoning, not the turn's content
+HARMONY_START, HARMONY_BODY = "<|start|>", "<|message|>"  # gpt-oss: each message's header, then its body
+HARMONY_ENDS = re.compile(r"<\|(?:call|end|return)\|>")  # what ends a gpt-oss message's body
+HARMONY_RECIPIENT = re.compile(r"\bto=(?P<to>[^\s<]+)")
+HARMONY_CHANNEL = re.compile(r"<\|channel\|>\s*(?P<channel>\w+)")
 
 
 class UnknownCallSyntax(ValueError):
@@ -58,7 +64,8 @@ class UnknownCallSyntax(ValueError):
 
 class CallReader(Protocol):
     """The calls in one model turn's text (special tokens kept, its end-of-turn token too), in order, and the text
-    without them (what TRL's parser gives as the turn's ``content``)."""
+    without them or a reasoning channel the syntax marks (what TRL's parser gives as the turn's ``content``), of a
+    turn that calls or one that answers."""
 
     def read(self, text: str, schemas: Schemas) -> list[ToolCall]: ...
 
@@ -121,7 +128,7 @@ class BareJson:
         return calls
 
     def without_calls(self, text: str) -> str:
-        return ""  # a turn that calls is its calls alone
+        return "" if self.read(text, []) else text  # a turn that calls is its calls alone
 
 
 class KeyValueTags:
@@ -298,6 +305,42 @@ class MistralArgs:
         return text.split(MISTRAL_CALLS, 1)[0]
 
 
+class HarmonyMessages:
+    """gpt-oss's harmony messages (``<|start|>ROLE<|channel|>CHANNEL<|message|>BODY<|end|>``, the first one's
+    ``<|start|>assistant`` in the prompt): a message addressed ``to=functions.NAME`` is a call whose body is its JSON
+    arguments; another recipient (a built-in tool's, ``python``) is a call of that name."""
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        calls = []
+        for header, body in _harmony_messages(text):
+            if (to := HARMONY_RECIPIENT.search(header)) is not None:
+                name = to.group("to").removeprefix("functions.")
+                calls.append(_call_of({"name": name, "arguments": body.strip() or "{}"}, "arguments"))
+        return calls
+
+    def without_calls(self, text: str) -> str:
+        """The ``final`` channel's text (TRL's ``content`` of a gpt-oss turn); without one, what the turn said to no
+        recipient outside the ``analysis`` channel (a preamble before a call)."""
+        said = [(h, b) for h, b in _harmony_messages(text) if HARMONY_RECIPIENT.search(h) is None]
+        final = [b for h, b in said if _channel(h) == "final"]
+        return "".join(final or [b for h, b in said if _channel(h) != "analysis"])
+
+
+def _harmony_messages(text: str) -> list[tuple[str, str]]:
+    """(header, body) of each message in a gpt-oss turn; text before a message's ``<|message|>`` is its header."""
+    messages = []
+    for chunk in text.split(HARMONY_START):
+        header, opened, rest = chunk.partition(HARMONY_BODY)
+        if opened:
+            messages.append((header, HARMONY_ENDS.split(rest, maxsplit=1)[0]))
+    return messages
+
+
+def _channel(header: str) -> str | None:
+    found = HARMONY_CHANNEL.search(header)
+    return found.group("channel") if found else None
+
+
 class ResponseTemplate:
     """The tokenizer's own ``response_template``, through ``tokenizer.parse_response`` (arguments typed by the
     tools' schemas). A turn it cannot parse has no calls, as in TRL."""
@@ -350,6 +393,8 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
         return KeyValueTags()
     if f"<|tool_call>call:{PROBE}{{" in text:
         return CompactCalls()
+    if f"to=functions.{PROBE}" in text:
+        return HarmonyMessages()
     at = text.find(PROBE)
     if at < 0:
         raise UnknownCallSyntax("its chat template drops an assistant's tool calls")

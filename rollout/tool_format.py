@@ -33,7 +33,8 @@ class ToolFormat(Protocol):
         the episode's answer."""
 
     def prose(self, ids: list[int]) -> str:
-        """The text of a model turn that called tools, its calls' markup taken out (TRL's ``content``)."""
+        """A model turn's content (TRL's ``content``): its text without its calls' markup or a reasoning channel the
+        syntax marks (gpt-oss's ``analysis``, Gemma 4's thought), special tokens dropped."""
 
     def results(self, results: list[tuple[str, str]], ids: list[str | None] | None = None) -> list[int]:
         """The ids that follow the model's end-of-turn token: each (tool name, result text) as a tool message naming

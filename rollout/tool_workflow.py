@@ -97,11 +97,12 @@ class ToolWorkflow:
         return Episode(prompt, sample, turns=trace.turns, tools=box.stats, environment=view, messages=said)
 
     def _said(self, ids: list[int], calls: list[ToolCall]) -> dict[str, Any]:
-        """A model turn as the rewards' message, as TRL parses one: with usable calls, its text without them and the
-        calls as ``tool_calls``; otherwise its whole text."""
+        """A model turn as the rewards' message, as TRL parses one: its content (``prose``: without the calls, or a
+        reasoning channel the syntax marks), with its usable calls as ``tool_calls``; a turn whose calls are all
+        unusable is its whole text, broken calls included."""
         if usable := [c.message() for c in calls if c.arguments is not None]:
             return {**assistant_message(self.format.prose(ids)), "tool_calls": usable}
-        return assistant_message(self.format.decode(ids))
+        return assistant_message(self.format.decode(ids) if calls else self.format.prose(ids))
 
     def prompt(self, row: PromptRow) -> list[int]:
         """The ids an episode of ``row`` starts from, the tools' schemas included (an environment is reset first)."""

@@ -48,7 +48,7 @@ class Marks:
         return [ToolCall("nap", {"s": float(ids[ids.index(CALL) + 1])})] if CALL in ids else []
 
     def prose(self, ids: list[int]) -> str:
-        return ""
+        return "" if CALL in ids else self.decode(ids)
 
     def results(self, results, ids=None) -> list[int]:
         return [RESULT] * RESULT_LEN

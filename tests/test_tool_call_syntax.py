@@ -6,6 +6,7 @@ import pytest
 from rl.rollout.tool_calls import (
     BareJson,
     CompactCalls,
+    HarmonyMessages,
     JsonInTags,
     KeyValueTags,
     MistralArgs,
@@ -216,6 +217,33 @@ def test_gemma4_calls_are_read_typed_and_the_results_continue_the_models_turn(tm
     assert fmt.prose(fmt.tokenizer.encode(f"{thought}<|tool_call>{said}<tool_call|>")) == "Let me look."
 
 
+def test_gpt_oss_calls_are_read_from_either_header_and_results_follow_the_call(tmp_path):
+    """gpt-oss addresses a call ``to=functions.NAME`` in its channel header as it samples it, where its template
+    writes the recipient in the role header; both are read. The call ends on ``<|call|>`` (its generation
+    config's), and the results follow it as the template renders them; a turn's content is its ``final`` channel."""
+    fmt = ChatTemplateFormat(saved_chat_tokenizer("harmony", tmp_path))
+    assert type(fmt.reader) is HarmonyMessages and fmt.tokenizer.convert_tokens_to_ids("<|call|>") in fmt.turn_ends
+    schemas = [tool_schema(forecast)]
+    conversation = [*USER, called("forecast", ARGUMENTS)]
+    prompt, turn = fmt.prompt(USER, []), sampled_turn(fmt, conversation)  # the template's: " to=" in the role header
+    assert fmt.calls(turn, schemas) == [ToolCall("forecast", ARGUMENTS)] and fmt.prose(turn) == ""
+    thinks = "<|channel|>analysis<|message|>Look it up.<|end|><|start|>assistant"
+    sampled = f'{thinks}<|channel|>commentary to=functions.forecast <|constrain|>json<|message|>{{"days": 3}}<|call|>'
+    assert fmt.calls(fmt.tokenizer.encode(sampled), schemas) == [ToolCall("forecast", {"days": 3})]
+    assert fmt.prose(fmt.tokenizer.encode(sampled)) == ""  # the analysis channel is not the turn's content
+    broken = '<|channel|>commentary to=functions.forecast json<|message|>{"days": <|call|>'
+    assert fmt.calls(fmt.tokenizer.encode(broken), schemas) == [ToolCall("forecast", None)]
+    results = fmt.results([("forecast", "sunny")])
+    tools = [{"role": "tool", "name": "forecast", "content": "sunny"}]
+    whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
+    assert prompt + turn + results == whole
+    assert fmt.tokenizer.decode(results) == (
+        '<|start|>functions.forecast to=assistant<|channel|>commentary<|message|>"sunny"<|end|><|start|>assistant'
+    )
+    answer = fmt.tokenizer.encode(f"{thinks}<|channel|>final<|message|>It is sunny.<|return|>")
+    assert fmt.calls(answer, schemas) == [] and fmt.prose(answer) == "It is sunny."
+
+
 def test_xml_calls_without_a_function_or_a_schema_are_still_read():
     fmt = ChatTemplateFormat(byte_chat_tokenizer("qwen3.5"))
 
@@ -253,8 +281,8 @@ def test_a_tokenizers_own_response_template_reads_its_calls():
 
 
 def test_a_syntax_no_reader_reads_is_refused_showing_it():
-    with pytest.raises(UnknownCallSyntax, match=r"does not read \(\.\.\..*commentary to=functions\.tailor_probe"):
-        call_reader(byte_chat_tokenizer("harmony"))
+    with pytest.raises(UnknownCallSyntax, match=r"does not read \(\.\.\..*\[tailor_probe\(x=1\)\]"):
+        call_reader(byte_chat_tokenizer("pythonic"))
     plain = byte_chat_tokenizer("qwen")
     plain.chat_template = "{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
     with pytest.raises(UnknownCallSyntax, match="drops an assistant's tool calls"):

@@ -286,6 +286,28 @@ def test_a_gemma4_episode_goes_on_in_the_models_turn_after_the_results(tmp_path)
     assert episode.messages[2]["content"] == "It is 5."
 
 
+def test_a_gpt_oss_episode_calls_from_its_commentary_channel_and_answers_in_its_final_one(tmp_path):
+    """gpt-oss thinks in its analysis channel, calls on ``<|call|>`` and answers in its final channel, ending on
+    ``<|return|>``: the rewards' messages hold the call and the final answer, not the analysis."""
+    oss = ChatTemplateFormat(saved_chat_tokenizer("harmony", tmp_path))
+    think = "<|channel|>analysis<|message|>Add them.<|end|><|start|>assistant"
+    turn1 = ids(oss, f'{think}<|channel|>commentary to=functions.add <|constrain|>json<|message|>{{"a": 2, "b": 3}}')
+    turn1 += oss.tokenizer.convert_tokens_to_ids(["<|call|>"])
+    turn2 = ids(oss, f"{think}<|channel|>final<|message|>It is 5.") + [oss.end_of_turn]
+    episode = run(ToolWorkflow(oss, [add], None, 4, 1.0), ScriptedEngine([turn1, turn2]))
+    assert episode.tools.calls == 1 and episode.tools.failures == {}
+    assert episode.sample.tokens == turn1 + oss.results([("add", "5")]) + turn2
+    assert episode.messages == [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}],
+        },
+        {"role": "tool", "name": "add", "content": "5"},
+        {"role": "assistant", "content": "It is 5."},
+    ]
+
+
 def test_episode_stops_at_max_tool_calls_and_at_its_token_budget(fmt):
     turn1 = ids(fmt, CALL) + [fmt.end_of_turn]
     capped = run(ToolWorkflow(fmt, [add], None, max_tool_calls=0, timeout_s=1.0), ScriptedEngine([turn1, [7]]))

@@ -131,12 +131,31 @@ GEMMA4_TEMPLATE = (  # Gemma 4's shape: compact calls; results inside the model'
     "{% if add_generation_prompt and messages[-1].role != 'tool' %}<|turn>model\n<|channel>thought\n<channel|>"
     "{% endif %}"
 )
-HARMONY_TEMPLATE = (  # a syntax Tailor does not read: gpt-oss's channels, the call's recipient in its header
-    "{% if tools %}<|start|>developer<|message|>{{ tools | tojson }}<|end|>{% endif %}"
-    "{% for m in messages %}<|start|>{{ m.role }}{% for c in m.tool_calls or [] %}<|channel|>commentary "
-    "to=functions.{{ c.function.name }} <|constrain|>json<|message|>{{ c.function.arguments | tojson }}<|call|>"
-    "{% else %}<|message|>{{ m.content }}<|end|>{% endfor %}{% endfor %}"
+HARMONY_TEMPLATE = (  # gpt-oss's shape: one call a message, its recipient in the role header; results by tool name
+    "<|start|>system<|message|>Reasoning: medium\n# Valid channels: analysis, commentary, final.<|end|>"
+    "{% if tools %}<|start|>developer<|message|># Tools\nnamespace functions {{ '{' }}"
+    "{% for t in tools %}\ntype {{ t.function.name }} = (_: any) => any;{% endfor %}\n}<|end|>{% endif %}"
+    "{% set last = namespace(name=none) %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'assistant' and m.tool_calls %}{% set c = m.tool_calls[0].function %}"
+    "<|start|>assistant to=functions.{{ c.name }}<|channel|>commentary json<|message|>{{ c.arguments | tojson }}"
+    "<|call|>{% set last.name = c.name %}"
+    "{% elif m.role == 'assistant' %}<|start|>assistant<|channel|>final<|message|>{{ m.content }}"
+    "{{ '<|return|>' if loop.last and not add_generation_prompt else '<|end|>' }}"
+    "{% elif m.role == 'tool' %}{% if last.name is none %}{{ raise_exception('a tool message needs a call') }}"
+    "{% endif %}<|start|>functions.{{ last.name }} to=assistant<|channel|>commentary<|message|>"
+    "{{ m.content | tojson }}<|end|>"
+    "{% else %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endif %}"
+    "{% endfor %}"
     "{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
+PYTHONIC_TEMPLATE = (  # a syntax Tailor does not read: Llama 4's calls as Python expressions
+    "{% for m in messages %}<|header_start|>{{ m.role }}<|header_end|>\n\n"
+    "{% if tools and loop.first %}Tools: {{ tools | tojson }}\n{% endif %}"
+    "{% if m.tool_calls %}[{% for c in m.tool_calls %}{{ c.function.name }}("
+    "{% for k, v in c.function.arguments.items() %}{{ k }}={{ v | tojson }}{% endfor %}){% endfor %}]"
+    "{% else %}{{ m.content }}{% endif %}<|eot|>{% endfor %}"
+    "{% if add_generation_prompt %}<|header_start|>assistant<|header_end|>\n\n{% endif %}"
 )
 TEMPLATES = {
     "qwen": TEMPLATE,
@@ -149,6 +168,7 @@ TEMPLATES = {
     "glm": GLM_TEMPLATE,
     "gemma4": GEMMA4_TEMPLATE,
     "harmony": HARMONY_TEMPLATE,
+    "pythonic": PYTHONIC_TEMPLATE,
 }
 MISTRAL_SPECIALS = [
     *(
@@ -186,13 +206,19 @@ SPECIALS = {
         ["<bos>", "<|turn>", "<turn|>", "<|tool>", "<tool|>", "<|channel>", "<channel|>"],
         ["<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>'],
     ),
-    "harmony": ("<|return|>", ["<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|constrain|>", "<|call|>"], []),
+    "harmony": (
+        "<|return|>",
+        ["<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|constrain|>", "<|call|>", "<|endoftext|>"],
+        [],
+    ),
+    "pythonic": ("<|eot|>", ["<|header_start|>", "<|header_end|>"], []),
 }
 
 
 GENERATION_EOS = {  # the turn ends a model's generation config adds
     "glm": ["<|user|>", "<|observation|>"],
     "gemma4": ["<turn|>", "<|tool_response>"],
+    "harmony": ["<|endoftext|>", "<|call|>"],
 }
 
 
