@@ -17,6 +17,9 @@ turn that calls a probe tool, and the way the call comes out picks the reader. A
   and later), values typed by the tool's schema as ``XmlInTags``'s.
 - ``CompactCalls``: ``<|tool_call>call:NAME{key:value,...}<tool_call|>`` (Gemma 4): keys bare, text between
   ``<|"|>`` marks, numbers and ``true``/``false`` bare, objects and lists nested.
+- ``PythonCalls``: a Python list of calls, ``[NAME(key=value, ...), ...]``: the whole turn (Llama 3.2 and Llama 4's
+  pythonic templates), or between ``<|tool_call_start|>`` and ``<|tool_call_end|>`` (LFM2, LFM2.5, whose templates
+  keep an assistant's calls in its text: read where the vocabulary has those markers).
 - ``HarmonyMessages``: gpt-oss's messages, a call being one addressed ``to=functions.NAME`` (in its role or its
   channel header) with JSON arguments, ended by ``<|call|>``; the turn's content is its ``final`` channel.
 - ``ResponseTemplate``: ``tokenizer.parse_response`` with the tokenizer's own template.
@@ -27,6 +30,7 @@ None)``: the episode answers it with an error and counts it. A turn with no call
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from typing import Any, Protocol
@@ -37,8 +41,8 @@ Schemas = list[dict[str, Any]]
 PROBE = "tailor_probe"  # the tool the probe turn calls, with arguments {"x": 1}
 PROBE_CALL = {"id": "tailor001", "type": "function", "function": {"name": PROBE, "arguments": {"x": 1}}}
 CALL_SYNTAXES = (  # what a refusal names
-    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Mistral, GLM-4.5+, "
-    "Gemma 4 and gpt-oss templates, and of any tokenizer with a response_template"
+    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Llama 4 (pythonic), "
+    "Mistral, GLM-4.5+, Gemma 4, gpt-oss and LFM2 templates, and of any tokenizer with a response_template"
 )
 TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 XML_NAME = re.compile(r"<function=(?P<name>[^>\n]+)>")
@@ -52,6 +56,8 @@ COMPACT_HEAD = re.compile(r"\s*call:(?P<name>[\w.-]+)\s*(?P<arguments>\{.*\})\s*
 COMPACT_QUOTE = '<|"|>'  # opens and closes a text value in Gemma 4's calls
 COMPACT_RESULTS = "<|tool_response>"  # ends a Gemma 4 turn that calls: the results follow it
 THOUGHT = re.compile(r"<\|channel>.*?<channel\|>", re.DOTALL)  # Gemma 4's reasoning, not the turn's content
+LFM_MARKS = ("<|tool_call_start|>", "<|tool_call_end|>")  # around LFM2's list of calls
+JSON_WORDS = {"true": True, "false": False, "null": None}  # read as Python's where a Python call has them
 HARMONY_START, HARMONY_BODY = "<|start|>", "<|message|>"  # gpt-oss: each message's header, then its body
 HARMONY_ENDS = re.compile(r"<\|(?:call|end|return)\|>")  # what ends a gpt-oss message's body
 HARMONY_RECIPIENT = re.compile(r"\bto=(?P<to>[^\s<]+)")
@@ -305,6 +311,72 @@ class MistralArgs:
         return text.split(MISTRAL_CALLS, 1)[0]
 
 
+class PythonCalls:
+    """``[NAME(key=value, ...), ...]``, a Python list whose items are all calls with keyword arguments of literal
+    values (JSON's ``true``/``false``/``null`` read too), or JSON call objects; between ``marks`` where given, else the
+    whole turn (special tokens dropped). A list of anything else is an answer; one Python cannot parse, or a call
+    with positional arguments, is unusable."""
+
+    def __init__(self, special_tokens: list[str], marks: tuple[str, str] | None = None) -> None:
+        self.special_tokens, self.marks = special_tokens, marks
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        return [call for part in self._parts(text) for call in _python_calls(part)]
+
+    def without_calls(self, text: str) -> str:
+        if self.marks is None:
+            return "" if self.read(text, []) else text
+        start, end = (re.escape(m) for m in self.marks)
+        return re.sub(rf"{start}.*?{end}", "", text, flags=re.DOTALL)
+
+    def _parts(self, text: str) -> list[str]:
+        if self.marks is not None:
+            start, end = self.marks
+            return [chunk.split(end, 1)[0] for chunk in text.split(start)[1:]]
+        for token in self.special_tokens:
+            text = text.replace(token, "")
+        return [text]
+
+
+def _python_calls(text: str) -> list[ToolCall]:
+    """The calls of one Python list (``PythonCalls``); none where it is not a list of calls."""
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return []
+    try:
+        items = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return [ToolCall("?", None)]
+    if not isinstance(items, ast.List) or not items.elts:
+        return []
+    if all(isinstance(i, ast.Dict) for i in items.elts):  # LFM2 writes JSON call objects too
+        try:
+            return [_call_of(ast.literal_eval(i), "arguments") for i in items.elts]
+        except ValueError:
+            return [ToolCall("?", None)]
+    if not all(isinstance(i, ast.Call) for i in items.elts):
+        return []
+    return [_python_call(i) for i in items.elts if isinstance(i, ast.Call)]
+
+
+def _python_call(call: ast.Call) -> ToolCall:
+    """One ``NAME(key=value, ...)``: unusable with positional arguments or a value that is not a literal."""
+    name = ast.unparse(call.func)
+    if call.args or any(k.arg is None for k in call.keywords):
+        return ToolCall(name, None)
+    try:
+        return ToolCall(name, {k.arg: _literal(k.value) for k in call.keywords if k.arg is not None})
+    except ValueError:
+        return ToolCall(name, None)
+
+
+def _literal(node: ast.expr) -> Any:
+    """A literal's value, JSON's words read as Python's."""
+    if isinstance(node, ast.Name) and node.id in JSON_WORDS:
+        return JSON_WORDS[node.id]
+    return ast.literal_eval(node)
+
+
 class HarmonyMessages:
     """gpt-oss's harmony messages (``<|start|>ROLE<|channel|>CHANNEL<|message|>BODY<|end|>``, the first one's
     ``<|start|>assistant`` in the prompt): a message addressed ``to=functions.NAME`` is a call whose body is its JSON
@@ -395,7 +467,12 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
         return CompactCalls()
     if f"to=functions.{PROBE}" in text:
         return HarmonyMessages()
+    if re.search(rf"\[\s*{PROBE}\(x=1\)\s*\]", text):
+        lfm = all(m in text for m in LFM_MARKS)
+        return PythonCalls(list(tokenizer.all_special_tokens), LFM_MARKS if lfm else None)
     at = text.find(PROBE)
+    if at < 0 and all(m in tokenizer.get_vocab() for m in LFM_MARKS):  # LFM2's: the calls stay in the text
+        return PythonCalls(list(tokenizer.all_special_tokens), LFM_MARKS)
     if at < 0:
         raise UnknownCallSyntax("its chat template drops an assistant's tool calls")
     shown = text[max(0, at - 30) : at + 50].replace("\n", "\\n")

@@ -11,6 +11,7 @@ from rl.rollout.tool_calls import (
     KeyValueTags,
     MistralArgs,
     MistralList,
+    PythonCalls,
     ResponseTemplate,
     UnknownCallSyntax,
     XmlInTags,
@@ -29,6 +30,7 @@ FAMILIES = {
     "llama3": BareJson,
     "mistral": MistralList,
     "mistral11": MistralArgs,
+    "pythonic": PythonCalls,
 }
 CALL_ID = "call00000"  # Mistral's templates take 9 letters and digits; the others ignore it
 USER = [{"role": "user", "content": "Weather in 75001?"}]
@@ -244,6 +246,43 @@ def test_gpt_oss_calls_are_read_from_either_header_and_results_follow_the_call(t
     assert fmt.calls(answer, schemas) == [] and fmt.prose(answer) == "It is sunny."
 
 
+def test_python_calls_are_read_as_literals_and_other_lists_are_answers():
+    fmt = ChatTemplateFormat(byte_chat_tokenizer("pythonic"))
+
+    def read(text: str) -> list[ToolCall]:
+        return fmt.calls(fmt.tokenizer.encode(text, add_special_tokens=False) + [fmt.end_of_turn], [])
+
+    two = '[add(a=1, b=[2, 3]), search(query="x, y", exact=true, k=None)]'
+    assert read(two) == [
+        ToolCall("add", {"a": 1, "b": [2, 3]}),
+        ToolCall("search", {"query": "x, y", "exact": True, "k": None}),
+    ]
+    assert read("[1, 2, 3]") == [] and read("The answer is [5].") == [] and read("[]") == []
+    assert read("[add(1, b=2)]") == [ToolCall("add", None)] and read("[add(a=b)]") == [ToolCall("add", None)]
+    assert read("[add(a=1]") == [ToolCall("?", None)]
+    assert fmt.prose(fmt.tokenizer.encode("[5, 6]<|eot|>")) == "[5, 6]"  # an answer is its text
+
+
+def test_lfm2_calls_are_read_between_its_markers_though_its_template_keeps_them_in_the_text(tmp_path):
+    """LFM2's template renders an assistant's text and ignores ``tool_calls``; its vocabulary's
+    ``<|tool_call_start|>`` / ``<|tool_call_end|>`` pick the reader, and the results are its tool turns."""
+    fmt = ChatTemplateFormat(saved_chat_tokenizer("lfm2", tmp_path))
+    assert type(fmt.reader) is PythonCalls
+    said = (
+        'Let me look.<|tool_call_start|>[forecast(city="75001", days=3, metric=true, hours=[6, 18])]<|tool_call_end|>'
+    )
+    turn = fmt.tokenizer.encode(said, add_special_tokens=False) + [fmt.end_of_turn]
+    assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]
+    assert fmt.prose(turn) == "Let me look."
+    objects = '<|tool_call_start|>[{"name": "forecast", "arguments": {"days": 3}}]<|tool_call_end|>'
+    assert fmt.calls(fmt.tokenizer.encode(objects), []) == [ToolCall("forecast", {"days": 3})]
+    results = fmt.results([("forecast", "sunny")])
+    conversation = [*USER, {"role": "assistant", "content": said}, {"role": "tool", "content": "sunny"}]
+    whole = list(fmt.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, return_dict=False))
+    assert fmt.prompt(USER, []) + turn + results == whole
+    assert fmt.calls(fmt.tokenizer.encode("It is sunny.") + [fmt.end_of_turn], []) == []
+
+
 def test_xml_calls_without_a_function_or_a_schema_are_still_read():
     fmt = ChatTemplateFormat(byte_chat_tokenizer("qwen3.5"))
 
@@ -281,8 +320,8 @@ def test_a_tokenizers_own_response_template_reads_its_calls():
 
 
 def test_a_syntax_no_reader_reads_is_refused_showing_it():
-    with pytest.raises(UnknownCallSyntax, match=r"does not read \(\.\.\..*\[tailor_probe\(x=1\)\]"):
-        call_reader(byte_chat_tokenizer("pythonic"))
+    with pytest.raises(UnknownCallSyntax, match=r"does not read \(\.\.\..*tailor_probe<｜tool▁sep｜>"):
+        call_reader(byte_chat_tokenizer("deepseek"))
     plain = byte_chat_tokenizer("qwen")
     plain.chat_template = "{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
     with pytest.raises(UnknownCallSyntax, match="drops an assistant's tool calls"):

@@ -90,7 +90,9 @@ def test_tools_and_environment_pass_and_the_schemas_count_in_prompts(tmp_path):
     assert '"name": "multiply"' in inputs.encoder.tokenizer.decode(inputs.encoder.encode(row.prompt))
 
 
-@pytest.mark.parametrize("family", ["qwen3", "qwen3.5", "llama3", "mistral", "mistral11", "glm", "gemma4", "harmony"])
+@pytest.mark.parametrize(
+    "family", ["qwen3", "qwen3.5", "llama3", "mistral", "mistral11", "glm", "gemma4", "harmony", "pythonic", "lfm2"]
+)
 def test_the_templates_of_other_call_syntaxes_pass(tmp_path, family):
     """Qwen3's template renders the turn before a tool result without its empty think block: its results are what
     follows that turn's end-of-turn token all the same (it was refused as rewriting the turn)."""
@@ -112,7 +114,7 @@ def test_shaping_policies_shape_episodes(tmp_path, policy):
         (["rollout.tools=[{tools}:add, {tools}:add]"], "qwen", r"two tools named 'add'"),
         (["data.chat=false"], "qwen", r"need chat prompts .* set data\.chat=true"),
         ([], "plain", r"^model\.path '.*': its chat template does not render tools"),
-        ([], "pythonic", r"^model\.path '.*': .*a syntax Tailor does not read \(.*\[tailor_probe\(x=1\)\].*Llama 3"),
+        ([], "deepseek", r"^model\.path '.*': .*a syntax Tailor does not read \(.*tailor_probe<｜tool▁sep｜>.*Llama 3"),
         (["reward.functions=[{fn: '{tools}:env_reward'}]", "rollout.environment=null"], "qwen", r"environments"),
     ],
     ids=["missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "syntax", "no-env"],

@@ -149,13 +149,30 @@ HARMONY_TEMPLATE = (  # gpt-oss's shape: one call a message, its recipient in th
     "{% endfor %}"
     "{% if add_generation_prompt %}<|start|>assistant{% endif %}"
 )
-PYTHONIC_TEMPLATE = (  # a syntax Tailor does not read: Llama 4's calls as Python expressions
-    "{% for m in messages %}<|header_start|>{{ m.role }}<|header_end|>\n\n"
+PYTHONIC_TEMPLATE = (  # Llama 4's pythonic shape: a turn that calls is a Python list of calls; results as ipython
+    "{% for m in messages %}<|header_start|>{{ 'ipython' if m.role == 'tool' else m.role }}<|header_end|>\n\n"
     "{% if tools and loop.first %}Tools: {{ tools | tojson }}\n{% endif %}"
     "{% if m.tool_calls %}[{% for c in m.tool_calls %}{{ c.function.name }}("
-    "{% for k, v in c.function.arguments.items() %}{{ k }}={{ v | tojson }}{% endfor %}){% endfor %}]"
+    "{% for k, v in c.function.arguments.items() %}{{ k }}={{ v | tojson }}{{ '' if loop.last else ', ' }}"
+    "{% endfor %}){{ '' if loop.last else ', ' }}{% endfor %}]"
     "{% else %}{{ m.content }}{% endif %}<|eot|>{% endfor %}"
     "{% if add_generation_prompt %}<|header_start|>assistant<|header_end|>\n\n{% endif %}"
+)
+LFM2_TEMPLATE = (  # LFM2's shape: an assistant's calls stay in its text (the template ignores tool_calls)
+    "{% if tools %}<|im_start|>system\nList of tools: <|tool_list_start|>{{ tools | tojson }}<|tool_list_end|>"
+    "<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+DEEPSEEK_TEMPLATE = (  # a syntax Tailor does not read: DeepSeek V3.1's call tokens
+    "{% for m in messages %}{% if m.role == 'user' %}<｜User｜>{{ m.content }}"
+    "{% elif m.tool_calls %}<｜Assistant｜><｜tool▁calls▁begin｜>{% for c in m.tool_calls %}<｜tool▁call▁begin｜>"
+    "{{ c.function.name }}<｜tool▁sep｜>{{ c.function.arguments | tojson }}<｜tool▁call▁end｜>{% endfor %}"
+    "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
+    "{% elif m.role == 'tool' %}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>"
+    "{% else %}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>{% endif %}{% endfor %}"
+    "{% if tools %}{{ tools | tojson }}{% endif %}"
+    "{% if add_generation_prompt %}<｜Assistant｜>{% endif %}"
 )
 TEMPLATES = {
     "qwen": TEMPLATE,
@@ -169,6 +186,8 @@ TEMPLATES = {
     "gemma4": GEMMA4_TEMPLATE,
     "harmony": HARMONY_TEMPLATE,
     "pythonic": PYTHONIC_TEMPLATE,
+    "lfm2": LFM2_TEMPLATE,
+    "deepseek": DEEPSEEK_TEMPLATE,
 }
 MISTRAL_SPECIALS = [
     *(
@@ -212,6 +231,12 @@ SPECIALS = {
         [],
     ),
     "pythonic": ("<|eot|>", ["<|header_start|>", "<|header_end|>"], []),
+    "lfm2": (
+        "<|im_end|>",
+        ["<|im_start|>", "<|tool_list_start|>", "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>"],
+        [],
+    ),
+    "deepseek": ("<｜end▁of▁sentence｜>", ["<｜User｜>", "<｜Assistant｜>"], []),
 }
 
 
