@@ -43,6 +43,13 @@ class EvaluationFailed(Exception):
 log = logging.getLogger("rl.eval")
 
 
+@dataclass(frozen=True)
+class GroupFailed:
+    """A held-out problem whose group could not be sampled, and why (one line)."""
+
+    error: str
+
+
 @dataclass
 class ProblemRecord:
     """One problem's samples: combined reward, correctness, length and finish reason of each."""
@@ -111,7 +118,7 @@ async def sample_and_score(
         try:
             result = await launch(workers[i % len(workers)], row)
         except Exception as e:  # its group failed (a workflow or environment that raised, a dead worker): left out
-            result = error_line(e)
+            result = GroupFailed(error_line(e))
         if bar is not None:
             bar.advance()
         if on_problem is not None:
@@ -123,7 +130,7 @@ async def sample_and_score(
     finally:
         if bar is not None:
             bar.close()
-    failed = [out for out in every if isinstance(out, str)]
+    failed = [out for out in every if isinstance(out, GroupFailed)]
     if failed:
         log.warning(
             "held-out evaluation %s: %d of %d problems could not be sampled and are left out of its figures; the "
@@ -131,13 +138,13 @@ async def sample_and_score(
             tag,
             len(failed),
             len(rows),
-            failed[-1],
+            failed[-1].error,
         )
-    sampled = [(row, out) for row, out in zip(rows, every, strict=True) if not isinstance(out, str)]
+    sampled = [(row, out) for row, out in zip(rows, every, strict=True) if not isinstance(out, GroupFailed)]
     scored = iter(await _scored(sampled, encoder, rewards, state, tools is not None) if sampled else [])
     return [
-        ProblemRecord(row.prompt_id, row.answer, [], [], [], [], "", error=out)
-        if isinstance(out, str)
+        ProblemRecord(row.prompt_id, row.answer, [], [], [], [], "", error=out.error)
+        if isinstance(out, GroupFailed)
         else next(scored)
         for row, out in zip(rows, every, strict=True)
     ]
