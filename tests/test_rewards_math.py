@@ -130,6 +130,40 @@ def test_overlong_penalty_tokens_ids_and_characters() -> None:
     assert fn([""] * 6, ["x" * n for n in lengths]) == expected  # no token lengths: characters
 
 
+def test_a_tokenizer_with_a_response_template_shapes_chat_completions_as_it_parses_them() -> None:
+    """A tokenizer that ships a ``response_template`` (transformers' response parsing, Gemma 4's repos) shapes a chat
+    completion as TRL's ``GRPOTrainer`` does: its parsed message, the reasoning under the template's name."""
+    from tool_chat import byte_chat_tokenizer
+
+    from rl.inputs.prompting import PromptEncoder
+    from rl.types import Sample
+
+    tok = byte_chat_tokenizer("qwen")
+    tok.response_template = {
+        "defaults": {"role": "assistant"},
+        "start_anchor": "<|im_start|>assistant\n",
+        "fields": {
+            "thinking": {"open": "<think>", "close": "</think>", "content": "text"},
+            "content": {"close": "<|im_end|>", "content": "text"},
+        },
+    }
+    encoder = PromptEncoder(tok)
+    chat = [{"role": "user", "content": "6 * 7?"}]
+
+    def sample(text: str) -> Sample:
+        ids = tok.encode(text, add_special_tokens=False)
+        return Sample(0, ids, [], [], "stop", text=tok.decode(ids, skip_special_tokens=True))
+
+    said = encoder.completions(chat, [sample("<think>maybe 41?</think>It is \\boxed{42}.<|im_end|>")])
+    assert said == [[{"role": "assistant", "thinking": "maybe 41?", "content": "It is \\boxed{42}."}]]
+    assert math_accuracy([chat], said, ["42"]) == [1.0]
+    tok.response_template = None  # without one: the text, its think block apart
+    assert encoder.completions(chat, [sample("<think>maybe 41?</think>It is 42.<|im_end|>")]) == [
+        [{"role": "assistant", "content": "It is 42.", "reasoning_content": "maybe 41?"}]
+    ]
+    assert encoder.completions("6 * 7 =", [sample("42")]) == ["42"]  # text prompts as is
+
+
 def test_overlong_penalty_rejects_bad_buffer() -> None:
     with pytest.raises(ValueError, match="buffer_len"):
         overlong_penalty(max_len=10, buffer_len=20)

@@ -476,7 +476,7 @@ class RolloutBench:
         """What rewards read of ``samples``: their episodes' messages (``episodes``: all launched), else their texts."""
         if episodes:
             return [episodes[s.index].messages for s in samples]
-        return [self.encoder.completion(row.prompt, s.text) for s in samples]
+        return self.encoder.completions(row.prompt, samples)
 
     async def score(
         self, pool: RewardPool | None, kept: list[tuple[PromptRow, list[Sample], list[Completion]]]

@@ -169,7 +169,7 @@ async def _scored(
     scored = await rewards.score(
         [r.prompt for r in flat_rows],
         [e.messages for e in episodes]
-        or [encoder.completion(r.prompt, s.text) for r, s in zip(flat_rows, flat, strict=True)],
+        or [c for row, group in zip(rows, groups, strict=True) for c in encoder.completions(row.prompt, group)],
         encoder.columns(flat_rows, flat) | episode_columns(episodes),
         state,
     )

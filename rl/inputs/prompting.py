@@ -44,6 +44,26 @@ class PromptEncoder:
         ``assistant_message``)."""
         return [assistant_message(text)] if isinstance(prompt, list) else text
 
+    def completions(self, prompt: str | list[dict[str, str]], samples: list[Sample]) -> list[Any]:
+        """What rewards get for ``samples`` of ``prompt``: ``completion`` of each one's text, or, for a chat prompt
+        and a tokenizer that ships a ``response_template``, each one's message as ``parse_response`` reads it (its
+        content apart from its reasoning and calls, under the template's names), as TRL's ``GRPOTrainer`` passes
+        them; a sample the template cannot parse is its text."""
+        if not (isinstance(prompt, list) and getattr(self.tokenizer, "response_template", None) is not None):
+            return [self.completion(prompt, s.text) for s in samples]
+        prefix = self.tokenizer.apply_chat_template(
+            prompt, tools=self.tools, add_generation_prompt=True, tokenize=False, **self.template_kwargs
+        )
+        return [[self._parsed(s, prefix)] for s in samples]
+
+    def _parsed(self, sample: Sample, prefix: str) -> dict[str, Any]:
+        text = self.tokenizer.decode(sample.tokens, skip_special_tokens=False)
+        try:
+            message = self.tokenizer.parse_response(text, prefix=prefix, tools=self.tools)
+        except (ValueError, TypeError):
+            return assistant_message(sample.text)
+        return message if isinstance(message, dict) and "content" in message else assistant_message(sample.text)
+
     @staticmethod
     def columns(rows: list[PromptRow], samples: list[Sample]) -> dict[str, list[Any]]:
         """Reward keyword arguments aligned with ``samples``, as TRL's ``GRPOTrainer`` passes them.

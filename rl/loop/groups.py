@@ -101,7 +101,7 @@ class GroupMaker:
         generated_with = min((min(s.versions) for s in samples if s.versions), default=version)
         scored = await self.rewards.score(
             [row.prompt] * len(samples),
-            [e.messages for e in episodes] or [self.encoder.completion(row.prompt, s.text) for s in samples],
+            [e.messages for e in episodes] or self.encoder.completions(row.prompt, samples),
             self.encoder.columns([row] * len(samples), samples) | episode_columns(episodes),
             self.state(generated_with),
         )
