@@ -30,11 +30,11 @@ None)``: the episode answers it with an error and counts it. A turn with no call
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from typing import Any, Protocol
 
+from rl.rollout.call_notations import CompactValue, call_of, python_calls, typed
 from rl.rollout.tools import ToolCall
 
 Schemas = list[dict[str, Any]]
@@ -53,11 +53,9 @@ TOOL_NAME = re.compile(r"[\w.-]+")  # a tool's name: a Python function's, or an 
 ARG_PAIR = re.compile(r"<arg_key>(?P<key>.*?)</arg_key>\s*<arg_value>(?P<value>.*?)</arg_value>", re.DOTALL)
 COMPACT_CALL = re.compile(r"<\|tool_call>(.*?)<tool_call\|>", re.DOTALL)  # Gemma 4's call markers
 COMPACT_HEAD = re.compile(r"\s*call:(?P<name>[\w.-]+)\s*(?P<arguments>\{.*\})\s*", re.DOTALL)
-COMPACT_QUOTE = '<|"|>'  # opens and closes a text value in Gemma 4's calls
 COMPACT_RESULTS = "<|tool_response>"  # ends a Gemma 4 turn that calls: the results follow it
 THOUGHT = re.compile(r"<\|channel>.*?<channel\|>", re.DOTALL)  # Gemma 4's reasoning, not the turn's content
 LFM_MARKS = ("<|tool_call_start|>", "<|tool_call_end|>")  # around LFM2's list of calls
-JSON_WORDS = {"true": True, "false": False, "null": None}  # read as Python's where a Python call has them
 HARMONY_START, HARMONY_BODY = "<|start|>", "<|message|>"  # gpt-oss: each message's header, then its body
 HARMONY_ENDS = re.compile(r"<\|(?:call|end|return)\|>")  # what ends a gpt-oss message's body
 HARMONY_RECIPIENT = re.compile(r"\bto=(?P<to>[^\s<]+)")
@@ -101,7 +99,7 @@ class XmlInTags:
             name = named.group("name").strip()
             types = _argument_types(schemas, name)
             pairs = {m.group("key").strip(): m.group("value") for m in XML_PARAMETER.finditer(body)}
-            calls.append(ToolCall(name, {k: _typed(v, types.get(k)) for k, v in pairs.items()}))
+            calls.append(ToolCall(name, {k: typed(v, types.get(k)) for k, v in pairs.items()}))
         return calls
 
     def without_calls(self, text: str) -> str:
@@ -129,7 +127,7 @@ class BareJson:
                 return calls + [ToolCall("?", None)]
             if not (isinstance(call, dict) and isinstance(call.get("name"), str)):
                 return calls  # JSON, but not a call: an answer
-            calls.append(_call_of(call, "parameters" if "parameters" in call else "arguments"))
+            calls.append(call_of(call, "parameters" if "parameters" in call else "arguments"))
             at = len(text) - len(text[at:].lstrip().removeprefix(";").lstrip())
         return calls
 
@@ -149,7 +147,7 @@ class KeyValueTags:
                 continue
             types = _argument_types(schemas, named.group(0))
             pairs = {m.group("key").strip(): m.group("value") for m in ARG_PAIR.finditer(body)}
-            calls.append(ToolCall(named.group(0), {k: _typed(v, types.get(k)) for k, v in pairs.items()}))
+            calls.append(ToolCall(named.group(0), {k: typed(v, types.get(k)) for k, v in pairs.items()}))
         return calls
 
     def without_calls(self, text: str) -> str:
@@ -180,91 +178,6 @@ class CompactCalls:
         return THOUGHT.sub("", COMPACT_CALL.sub("", text)).replace(COMPACT_RESULTS, "")
 
 
-class CompactValue:
-    """A reader of Gemma 4's compact values: ``{key:value,...}`` (a key bare or between ``<|"|>`` marks),
-    ``[value,...]``, ``<|"|>text<|"|>``, and bare scalars read as JSON (``3``, ``true``, ``null``) or else as text.
-    ``ValueError`` where the text is not one whole value."""
-
-    def __init__(self, text: str) -> None:
-        self.text, self.at = text, 0
-
-    def whole(self, types: dict[str, Any]) -> dict[str, Any]:
-        """The text as one object, its top-level values typed by ``types`` (an argument's JSON-schema type)."""
-        value = self.mapping(types)
-        if self._skip_blanks() < len(self.text):
-            raise ValueError("text after the arguments")
-        return value
-
-    def value(self, kind: Any = None) -> Any:
-        at = self._skip_blanks()
-        if self.text.startswith(COMPACT_QUOTE, at):
-            text = self._quoted()
-            return text if kind in (None, "string") else _typed(text, kind)
-        if self.text.startswith("{", at):
-            return self.mapping({})
-        if self.text.startswith("[", at):
-            return self.sequence()
-        end = at
-        while end < len(self.text) and self.text[end] not in ",}]":
-            end += 1
-        raw, self.at = self.text[at:end].strip(), end
-        if not raw:
-            raise ValueError(f"a value is missing at {at}")
-        return None if raw == "None" and kind != "string" else _typed(raw, kind)  # None: as Jinja writes it
-
-    def mapping(self, types: dict[str, Any]) -> dict[str, Any]:
-        self._expect("{")
-        out: dict[str, Any] = {}
-        while not self._take("}"):
-            if out:
-                self._expect(",")
-            at = self._skip_blanks()
-            if self.text.startswith(COMPACT_QUOTE, at):
-                key = self._quoted()
-            else:
-                end = self.text.find(":", at)
-                if end < 0:
-                    raise ValueError(f"a key without a value at {at}")
-                key, self.at = self.text[at:end].strip(), end
-            self._expect(":")
-            out[key] = self.value(types.get(key))
-        return out
-
-    def sequence(self) -> list[Any]:
-        self._expect("[")
-        out: list[Any] = []
-        while not self._take("]"):
-            if out:
-                self._expect(",")
-            out.append(self.value())
-        return out
-
-    def _quoted(self) -> str:
-        start = self.at + len(COMPACT_QUOTE)
-        end = self.text.find(COMPACT_QUOTE, start)
-        if end < 0:
-            raise ValueError("a text value is not closed")
-        self.at = end + len(COMPACT_QUOTE)
-        return self.text[start:end]
-
-    def _take(self, mark: str) -> bool:
-        if self.text.startswith(mark, self._skip_blanks()):
-            self.at += len(mark)
-            return True
-        if self.at >= len(self.text):
-            raise ValueError("the value is not closed")
-        return False
-
-    def _expect(self, mark: str) -> None:
-        if not self._take(mark):
-            raise ValueError(f"{mark!r} expected at {self.at}")
-
-    def _skip_blanks(self) -> int:
-        while self.at < len(self.text) and self.text[self.at].isspace():
-            self.at += 1
-        return self.at
-
-
 class MistralList:
     """``[TOOL_CALLS]`` and a JSON list of calls, each with its ``id``."""
 
@@ -278,7 +191,7 @@ class MistralList:
             return [ToolCall("?", None)]
         if not isinstance(calls, list):
             return [ToolCall("?", None)]
-        read = [_call_of(call, "arguments") for call in calls]
+        read = [call_of(call, "arguments") for call in calls]
         ids = [call.get("id") if isinstance(call, dict) else None for call in calls]
         return [
             ToolCall(c.name, c.arguments, i if isinstance(i, str) else None) for c, i in zip(read, ids, strict=True)
@@ -321,7 +234,7 @@ class PythonCalls:
         self.special_tokens, self.marks = special_tokens, marks
 
     def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
-        return [call for part in self._parts(text) for call in _python_calls(part)]
+        return [call for part in self._parts(text) for call in python_calls(part)]
 
     def without_calls(self, text: str) -> str:
         if self.marks is None:
@@ -338,45 +251,6 @@ class PythonCalls:
         return [text]
 
 
-def _python_calls(text: str) -> list[ToolCall]:
-    """The calls of one Python list (``PythonCalls``); none where it is not a list of calls."""
-    text = text.strip()
-    if not (text.startswith("[") and text.endswith("]")):
-        return []
-    try:
-        items = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return [ToolCall("?", None)]
-    if not isinstance(items, ast.List) or not items.elts:
-        return []
-    if all(isinstance(i, ast.Dict) for i in items.elts):  # LFM2 writes JSON call objects too
-        try:
-            return [_call_of(ast.literal_eval(i), "arguments") for i in items.elts]
-        except ValueError:
-            return [ToolCall("?", None)]
-    if not all(isinstance(i, ast.Call) for i in items.elts):
-        return []
-    return [_python_call(i) for i in items.elts if isinstance(i, ast.Call)]
-
-
-def _python_call(call: ast.Call) -> ToolCall:
-    """One ``NAME(key=value, ...)``: unusable with positional arguments or a value that is not a literal."""
-    name = ast.unparse(call.func)
-    if call.args or any(k.arg is None for k in call.keywords):
-        return ToolCall(name, None)
-    try:
-        return ToolCall(name, {k.arg: _literal(k.value) for k in call.keywords if k.arg is not None})
-    except ValueError:
-        return ToolCall(name, None)
-
-
-def _literal(node: ast.expr) -> Any:
-    """A literal's value, JSON's words read as Python's."""
-    if isinstance(node, ast.Name) and node.id in JSON_WORDS:
-        return JSON_WORDS[node.id]
-    return ast.literal_eval(node)
-
-
 class HarmonyMessages:
     """gpt-oss's harmony messages (``<|start|>ROLE<|channel|>CHANNEL<|message|>BODY<|end|>``, the first one's
     ``<|start|>assistant`` in the prompt): a message addressed ``to=functions.NAME`` is a call whose body is its JSON
@@ -387,7 +261,7 @@ class HarmonyMessages:
         for header, body in _harmony_messages(text):
             if (to := HARMONY_RECIPIENT.search(header)) is not None:
                 name = to.group("to").removeprefix("functions.")
-                calls.append(_call_of({"name": name, "arguments": body.strip() or "{}"}, "arguments"))
+                calls.append(call_of({"name": name, "arguments": body.strip() or "{}"}, "arguments"))
         return calls
 
     def without_calls(self, text: str) -> str:
@@ -483,22 +357,9 @@ def _json_call(body: str, key: str) -> ToolCall:
     """One JSON call, ``{"name": str, key: object or JSON string}``; anything else is unusable (``arguments=None``),
     named as far as it can be."""
     try:
-        return _call_of(json.loads(body), key)
+        return call_of(json.loads(body), key)
     except json.JSONDecodeError:
         return ToolCall("?", None)
-
-
-def _call_of(call: Any, key: str) -> ToolCall:
-    """A decoded call: its name and its ``key`` (an object, or a JSON string of one)."""
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        return ToolCall("?", None)
-    arguments = call.get(key, {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            arguments = None
-    return ToolCall(call["name"], arguments if isinstance(arguments, dict) else None)
 
 
 def _argument_types(schemas: Schemas, name: str) -> dict[str, Any]:
@@ -508,17 +369,3 @@ def _argument_types(schemas: Schemas, name: str) -> dict[str, Any]:
         if function.get("name") == name:
             return {k: v.get("type") for k, v in function.get("parameters", {}).get("properties", {}).items()}
     return {}
-
-
-def _typed(value: str, kind: Any) -> Any:
-    """A value written as text, as its argument's type: text for a string (or an unknown argument whose text is not
-    JSON), else its JSON value (Python's ``True``/``False`` read as booleans)."""
-    if kind == "string":
-        return value
-    text = value.strip()
-    if kind == "boolean" and text in ("True", "False"):
-        return text == "True"
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return value
