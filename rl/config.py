@@ -160,6 +160,11 @@ class RolloutConfig(Strict):
     repetition_penalty: float = Field(
         default=1.0, gt=0, description="above 1 discourages tokens already in the prompt or response (TRL's); 1: none"
     )
+    stop: list[str] = Field(
+        default_factory=list,
+        description="stop strings (TRL's generation_kwargs stop): a sample ends once its text holds one, the tokens "
+        "that wrote it kept (they are trained on and rewards see them); held-out samples stop on them too",
+    )
     max_model_len: int = Field(default=128, ge=16, description="prompt + response tokens; longer prompts are skipped")
     kv_cache_bytes: int = Field(default=64 << 20, ge=1 << 20, description="CPU only; GPUs use gpu_memory_utilization")
     gpu_memory_utilization: float = Field(
@@ -231,6 +236,13 @@ class RolloutConfig(Strict):
         for bind in binds or []:
             parse_cores(bind)
         return binds
+
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, stop: list[str]) -> list[str]:
+        if "" in stop:
+            raise ValueError("an empty stop string would end every sample at once; drop it")
+        return stop
 
     @model_validator(mode="after")
     def _one_episode_kind(self) -> RolloutConfig:
@@ -1201,6 +1213,8 @@ TRL_NAMES = {
     "vllm_enable_sleep_mode": "rollout.sleep_while_training",
     "chat_template_kwargs": "data.chat_template_kwargs",
     "max_tool_calling_iterations": "rollout.max_tool_calls",
+    "generation_kwargs": "rollout.stop for its stop strings; its sampling keys are rollout's (temperature, top_p, "
+    "top_k, min_p, repetition_penalty, seed)",
     "rollout_func": "rollout.workflow (an async run(episode, row) that samples the turns itself)",
 }
 

@@ -45,6 +45,7 @@ class SamplingSpec:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     ignore_eos: bool = False  # benchmarks and tests: force every sample to run to max_tokens
+    stop: tuple[str, ...] = ()  # stop strings: a sample ends once its text holds one, its tokens kept
 
 
 @dataclass

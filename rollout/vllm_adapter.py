@@ -119,10 +119,11 @@ class VllmEngine:
             min_p=sampling.min_p,
             repetition_penalty=sampling.repetition_penalty,
             ignore_eos=sampling.ignore_eos,
+            stop=list(sampling.stop) or None,
             logprobs=0,
             flat_logprobs=True,
             output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
-            detokenize=False,
+            detokenize=bool(sampling.stop),  # text only where stop strings are looked for in it
         )
 
     async def generate(

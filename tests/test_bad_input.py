@@ -161,6 +161,7 @@ CASES = [
     ("unknown_builtin_model", lambda t: ["model.path=builtin:nope"], "unknown builtin model"),
     ("list_index_out_of_range", lambda t: ["reward.functions.3.fn=format"], "is not an item of a list of 2"),
     ("max_tokens_over_model_len", lambda t: ["rollout.max_tokens=96"], "leaves no room for a prompt"),
+    ("empty_stop_string", lambda t: ['rollout.stop=[";", ""]'], "an empty stop string would end every sample at once"),
     ("cpu_bind_not_a_core_list", lambda t: ['rollout.cpu_threads_bind=["0-x"]'], "'0-x' is not a list of CPU cores"),
     ("cpu_bind_core_not_here", lambda t: ['rollout.cpu_threads_bind=["4096"]'], "names core(s) [4096], which this"),
     (

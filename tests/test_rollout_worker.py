@@ -50,6 +50,22 @@ def test_the_trainer_scores_samples_at_the_temperature_they_were_drawn_at(rollou
         assert (max(gaps) < 1e-3) == agrees, max(gaps)
 
 
+def test_a_stop_string_ends_a_sample_with_the_tokens_that_wrote_it(rollout_worker, encode):
+    """``rollout.stop`` (TRL's generation_kwargs stop): the tiny model's worked solution of three operands holds two
+    ';'; stopped on ';', each sample ends at its first, the tokens that wrote it kept with their log-probs."""
+    prompt, plan = encode("2+8+2="), GroupPlan(prompt_id="s", n_launch=4, m_keep=4)
+
+    def texts(sampling: SamplingSpec) -> list:
+        samples = ray.get(rollout_worker.generate_group.remote("stop", prompt, sampling, PlainController(plan))).samples
+        assert all(len(s.logprobs) == len(s.tokens) for s in samples)
+        return [(s.text, s.finish_reason) for s in samples]
+
+    assert any(text.count(";") > 1 for text, _ in texts(SamplingSpec(max_tokens=40)))
+    stopped = texts(SamplingSpec(max_tokens=40, stop=(";",)))
+    assert all(text.endswith(";") and text.count(";") == 1 for text, why in stopped if why == "stop"), stopped
+    assert sum(why == "stop" for _, why in stopped) >= 2, stopped
+
+
 def test_early_stop_aborts_the_rest_and_frees_the_engine(rollout_worker, encode):
     # launch 8, keep the first 3 finishers, no long slots: the rest are aborted mid-flight
     sampling = SamplingSpec(max_tokens=100, temperature=1.5)

@@ -195,9 +195,10 @@ async def _scored(
 
 def held_out_sampling(rollout: RolloutConfig, samples: int, temperature: float, max_tokens: int) -> SamplingSpec:
     """How held-out problems are sampled: one sample plainly at ``temperature`` (0: greedy); pass@k samples as the
-    run's rollouts are (its top_p, top_k, min_p, repetition_penalty) at ``temperature``."""
+    run's rollouts are (its top_p, top_k, min_p, repetition_penalty) at ``temperature``; both stop on its stop
+    strings."""
     if samples == 1:
-        return SamplingSpec(max_tokens, temperature)
+        return SamplingSpec(max_tokens, temperature, stop=tuple(rollout.stop))
     return replace(rollout_sampling(rollout), max_tokens=max_tokens, temperature=temperature)
 
 

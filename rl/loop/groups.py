@@ -30,7 +30,9 @@ from rl.types import Group, PromptRow
 
 def rollout_sampling(r: RolloutConfig) -> SamplingSpec:
     """How a run's rollouts sample: the recipe's ``rollout`` settings."""
-    return SamplingSpec(r.max_tokens, r.temperature, r.top_p, r.top_k, r.min_p, r.repetition_penalty)
+    return SamplingSpec(
+        r.max_tokens, r.temperature, r.top_p, r.top_k, r.min_p, r.repetition_penalty, stop=tuple(r.stop)
+    )
 
 
 class GroupMaker:
