@@ -19,7 +19,8 @@ turn that calls a probe tool, and the way the call comes out picks the reader. A
   ``<|"|>`` marks, numbers and ``true``/``false`` bare, objects and lists nested.
 - ``PythonCalls``: a Python list of calls, ``[NAME(key=value, ...), ...]``: the whole turn (Llama 3.2 and Llama 4's
   pythonic templates), or between ``<|tool_call_start|>`` and ``<|tool_call_end|>`` (LFM2, LFM2.5, whose templates
-  keep an assistant's calls in its text: read where the vocabulary has those markers).
+  keep an assistant's calls in its text: read where the vocabulary has those markers), or bare, one a line, between
+  ``<function_calls>`` and ``</function_calls>`` (Olmo 3).
 - ``HarmonyMessages``: gpt-oss's messages, a call being one addressed ``to=functions.NAME`` (in its role or its
   channel header) with JSON arguments, ended by ``<|call|>``; the turn's content is its ``final`` channel.
 - ``ResponseTemplate``: ``tokenizer.parse_response`` with the tokenizer's own template.
@@ -42,7 +43,7 @@ PROBE = "tailor_probe"  # the tool the probe turn calls, with arguments {"x": 1}
 PROBE_CALL = {"id": "tailor001", "type": "function", "function": {"name": PROBE, "arguments": {"x": 1}}}
 CALL_SYNTAXES = (  # what a refusal names
     "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Llama 4 (pythonic), "
-    "Mistral, GLM-4.5+, Gemma 4, gpt-oss and LFM2 templates, and of any tokenizer with a response_template"
+    "Mistral, GLM-4.5+, Gemma 4, gpt-oss, LFM2 and Olmo 3 templates, and of any tokenizer with a response_template"
 )
 TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 XML_NAME = re.compile(r"<function=(?P<name>[^>\n]+)>")
@@ -56,6 +57,7 @@ COMPACT_HEAD = re.compile(r"\s*call:(?P<name>[\w.-]+)\s*(?P<arguments>\{.*\})\s*
 COMPACT_RESULTS = "<|tool_response>"  # ends a Gemma 4 turn that calls: the results follow it
 THOUGHT = re.compile(r"<\|channel>.*?<channel\|>", re.DOTALL)  # Gemma 4's reasoning, not the turn's content
 LFM_MARKS = ("<|tool_call_start|>", "<|tool_call_end|>")  # around LFM2's list of calls
+OLMO_MARKS = ("<function_calls>", "</function_calls>")  # around Olmo 3's calls, one a line
 HARMONY_START, HARMONY_BODY = "<|start|>", "<|message|>"  # gpt-oss: each message's header, then its body
 HARMONY_ENDS = re.compile(r"<\|(?:call|end|return)\|>")  # what ends a gpt-oss message's body
 HARMONY_RECIPIENT = re.compile(r"\bto=(?P<to>[^\s<]+)")
@@ -227,11 +229,13 @@ class MistralArgs:
 class PythonCalls:
     """``[NAME(key=value, ...), ...]``, a Python list whose items are all calls with keyword arguments of literal
     values (JSON's ``true``/``false``/``null`` read too), or JSON call objects; between ``marks`` where given, else the
-    whole turn (special tokens dropped). A list of anything else is an answer; one Python cannot parse, or a call
-    with positional arguments, is unusable."""
+    whole turn (special tokens dropped); ``one_per_line``: the marks hold the calls bare, one a line (Olmo 3's). A
+    list of anything else is an answer; one Python cannot parse, or a call with positional arguments, is unusable."""
 
-    def __init__(self, special_tokens: list[str], marks: tuple[str, str] | None = None) -> None:
-        self.special_tokens, self.marks = special_tokens, marks
+    def __init__(
+        self, special_tokens: list[str], marks: tuple[str, str] | None = None, one_per_line: bool = False
+    ) -> None:
+        self.special_tokens, self.marks, self.one_per_line = special_tokens, marks, one_per_line
 
     def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
         return [call for part in self._parts(text) for call in python_calls(part)]
@@ -243,12 +247,15 @@ class PythonCalls:
         return re.sub(rf"{start}.*?{end}", "", text, flags=re.DOTALL)
 
     def _parts(self, text: str) -> list[str]:
-        if self.marks is not None:
-            start, end = self.marks
-            return [chunk.split(end, 1)[0] for chunk in text.split(start)[1:]]
-        for token in self.special_tokens:
-            text = text.replace(token, "")
-        return [text]
+        if self.marks is None:
+            for token in self.special_tokens:
+                text = text.replace(token, "")
+            return [text]
+        start, end = self.marks
+        parts = [chunk.split(end, 1)[0] for chunk in text.split(start)[1:]]
+        if self.one_per_line:  # a JSON value holds no raw newline: each line is one call
+            return ["[" + ", ".join(line.strip() for line in p.splitlines() if line.strip()) + "]" for p in parts]
+        return parts
 
 
 class HarmonyMessages:
@@ -341,6 +348,8 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
         return CompactCalls()
     if f"to=functions.{PROBE}" in text:
         return HarmonyMessages()
+    if re.search(rf"{OLMO_MARKS[0]}\s*{PROBE}\(x=1\)", text):
+        return PythonCalls(list(tokenizer.all_special_tokens), OLMO_MARKS, one_per_line=True)
     if re.search(rf"\[\s*{PROBE}\(x=1\)\s*\]", text):
         lfm = all(m in text for m in LFM_MARKS)
         return PythonCalls(list(tokenizer.all_special_tokens), LFM_MARKS if lfm else None)

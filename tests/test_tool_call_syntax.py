@@ -283,6 +283,26 @@ def test_lfm2_calls_are_read_between_its_markers_though_its_template_keeps_them_
     assert fmt.calls(fmt.tokenizer.encode("It is sunny.") + [fmt.end_of_turn], []) == []
 
 
+def test_olmo3_calls_are_read_one_a_line_and_results_follow_the_turn_the_model_ended(tmp_path):
+    """Olmo 3 writes its calls bare, one a line, between ``<function_calls>`` marks, with JSON values; its template
+    ends the last turn with the EOS but an earlier one with ``<|im_end|>``, on which the model stops (its generation
+    config's): the results follow that token as environment turns."""
+    fmt = ChatTemplateFormat(saved_chat_tokenizer("olmo3", tmp_path))
+    end = fmt.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert type(fmt.reader) is PythonCalls and end in fmt.turn_ends
+    said = 'Let me look.<function_calls>forecast(city="75001", days=3, metric=true, hours=[6, 18])\nnap(s=null)'
+    turn = fmt.tokenizer.encode(f"{said}</function_calls>", add_special_tokens=False) + [end]
+    assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS), ToolCall("nap", {"s": None})]
+    assert fmt.prose(turn) == "Let me look."
+    results = fmt.results([("forecast", "sunny")])
+    conversation = [*USER, {**called("forecast", ARGUMENTS), "content": "Let me look."}]
+    tools = [{"role": "tool", "name": "forecast", "content": "sunny"}]
+    whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
+    one_call = fmt.tokenizer.encode(said.split("\n")[0] + "</function_calls>", add_special_tokens=False) + [end]
+    assert fmt.prompt(USER, []) + one_call + results == whole
+    assert fmt.tokenizer.decode(results) == "\n<|im_start|>environment\nsunny<|im_end|>\n<|im_start|>assistant\n"
+
+
 def test_xml_calls_without_a_function_or_a_schema_are_still_read():
     fmt = ChatTemplateFormat(byte_chat_tokenizer("qwen3.5"))
 

@@ -164,6 +164,19 @@ LFM2_TEMPLATE = (  # LFM2's shape: an assistant's calls stay in its text (the te
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+OLMO3_TEMPLATE = (  # Olmo 3's shape: calls bare, one a line, in <function_calls>; results as environment turns
+    "{% for m in messages %}"
+    "{% if m.role == 'user' %}<|im_start|>user\n{{ m.content }}{% if tools %}<functions>{{ tools | tojson }}"
+    "</functions>{% endif %}<|im_end|>\n"
+    "{% elif m.role == 'assistant' %}<|im_start|>assistant\n{{ m.content or '' }}{% if m.tool_calls %}<function_calls>"
+    "{% for c in m.tool_calls %}{{ c.function.name }}("
+    "{% for k, v in c.function.arguments.items() %}{{ k }}={{ v | tojson }}{{ '' if loop.last else ', ' }}{% endfor %})"
+    "{{ '' if loop.last else '\n' }}{% endfor %}</function_calls>{% endif %}"
+    "{{ eos_token if loop.last else '<|im_end|>\n' }}"
+    "{% else %}<|im_start|>environment\n{{ m.content }}<|im_end|>\n{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 DEEPSEEK_TEMPLATE = (  # a syntax Tailor does not read: DeepSeek V3.1's call tokens
     "{% for m in messages %}{% if m.role == 'user' %}<｜User｜>{{ m.content }}"
     "{% elif m.tool_calls %}<｜Assistant｜><｜tool▁calls▁begin｜>{% for c in m.tool_calls %}<｜tool▁call▁begin｜>"
@@ -187,6 +200,7 @@ TEMPLATES = {
     "harmony": HARMONY_TEMPLATE,
     "pythonic": PYTHONIC_TEMPLATE,
     "lfm2": LFM2_TEMPLATE,
+    "olmo3": OLMO3_TEMPLATE,
     "deepseek": DEEPSEEK_TEMPLATE,
 }
 MISTRAL_SPECIALS = [
@@ -236,6 +250,7 @@ SPECIALS = {
         ["<|im_start|>", "<|tool_list_start|>", "<|tool_list_end|>", "<|tool_call_start|>", "<|tool_call_end|>"],
         [],
     ),
+    "olmo3": ("<|endoftext|>", ["<|im_start|>", "<|im_end|>"], []),
     "deepseek": ("<｜end▁of▁sentence｜>", ["<｜User｜>", "<｜Assistant｜>"], []),
 }
 
@@ -244,6 +259,7 @@ GENERATION_EOS = {  # the turn ends a model's generation config adds
     "glm": ["<|user|>", "<|observation|>"],
     "gemma4": ["<turn|>", "<|tool_response>"],
     "harmony": ["<|endoftext|>", "<|call|>"],
+    "olmo3": ["<|im_end|>"],
 }
 
 
