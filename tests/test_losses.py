@@ -497,6 +497,7 @@ def test_entropy_bonus():
     # -0.01 * (0.5 + 1.5); the padded 7.0 is ignored
     assert out.loss.item() == pytest.approx(-0.02)
     assert out.stats["entropy_sum"] == pytest.approx(2.0)
+    assert out.stats["entropy_bonus_sum"] == pytest.approx(-0.02)  # all of this loss: its policy part (TRL's) is 0
     out.loss.backward()
     assert ent.grad.tolist()[0] == pytest.approx([-0.01, -0.01, 0.0])
 
@@ -512,7 +513,11 @@ def test_top_entropy_quantile_trains_only_the_high_entropy_tokens():
     # ratio 1: d/dlogp of -A * r is -A on a kept token, 0 elsewhere; the bonus, on the kept tokens only
     assert logp.grad.tolist() == [[0.0, -1.0, 0.0], [1.0, 0.0, 0.0]]
     assert out.loss.item() == pytest.approx(-1.0 + 1.0 - 0.01 * (2.0 + 1.5))
+    assert out.loss.item() - out.stats["entropy_bonus_sum"] == pytest.approx(-1.0 + 1.0)  # TRL's policy_loss
     assert out.units == 5.0  # the dropped tokens still count, as in TRL
+    by_sequence = dataclasses.replace(spec, agg="seq-mean-token-mean")
+    per_sequence = policy_loss(logp.detach(), torch.zeros(2, 3), _t([1.0, -1.0]), mask, by_sequence, entropy=ent)
+    assert per_sequence.stats["entropy_bonus_sum"] == pytest.approx(-0.01 * (2.0 / 3 + 1.5 / 2))  # each row's mean
     every = policy_loss(logp.detach(), torch.zeros(2, 3), _t([1.0, -1.0]), mask, LossSpec(top_entropy_quantile=1.0))
     assert every.loss.item() == pytest.approx(-3.0 + 2.0)
     top_one = policy_loss(

@@ -47,6 +47,17 @@ def test_positive_advantage_raises_and_negative_lowers_logprob(case):
     assert logprob(case, case.bad) < before_bad
 
 
+def test_policy_loss_is_the_loss_without_its_entropy_bonus(tiny_model_dir, case):
+    """TRL's ``policy_loss``: the loss before the entropy bonus is subtracted; the same as ``loss`` without one."""
+    plain = case.trainer.train_step([group(case, [1.0, -1.0])])
+    assert plain["policy_loss"] == pytest.approx(plain["loss"], abs=1e-9)
+    spec = LossSpec(entropy_coef=0.5)
+    trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-4, loss=spec))
+    metrics = trainer.train_step([group(case, [1.0, -1.0])])
+    # token-mean: the bonus is 0.5 x the mean entropy of the step's tokens
+    assert metrics["policy_loss"] - metrics["loss"] == pytest.approx(0.5 * metrics["entropy"], rel=1e-4)
+
+
 @pytest.mark.parametrize("kind", ["gspo", "cispo", "sapo", "vespo"])
 def test_every_loss_kind_raises_the_rewarded_sample_and_lowers_the_other(tiny_model_dir, case, kind):
     trainer = TrainerWorker(TrainerSpec(model=tiny_model_dir, lr=1e-4, loss=LossSpec(kind=kind)))

@@ -46,6 +46,7 @@ class Update:
     were real tokens."""
 
     loss: float
+    policy_loss: float  # the loss without its entropy bonus (TRL's policy_loss)
     grad_norm: float
     nonfinite: bool
     totals: dict[str, float]
@@ -391,6 +392,7 @@ class FSDPEngine:
         totals = self._global_totals()
         units = totals.pop("units")
         loss = totals.pop("loss_sum") / max(units, 1.0)
+        policy = loss - totals["entropy_bonus_sum"] / max(units, 1.0)
         for p in self.model.parameters():
             if p.grad is not None:
                 p.grad.div_(max(units, 1.0))
@@ -408,7 +410,7 @@ class FSDPEngine:
         self.optimizer.zero_grad(set_to_none=False)
         if self.entropy_control is not None and not nonfinite and units > 0:
             self.entropy_control.update(stats["entropy"])
-        return Update(loss, grad_norm, nonfinite, totals, self._positions, self._real)
+        return Update(loss, policy, grad_norm, nonfinite, totals, self._positions, self._real)
 
     def _metrics(self, updates: list[Update], seconds: float, epochs: int) -> dict[str, float]:
         """A step's metrics: loss and grad norm averaged over its updates, loss stats over all of their tokens."""
@@ -417,6 +419,7 @@ class FSDPEngine:
             totals = merge_stats(totals, u.totals)
         return {
             "loss": sum(u.loss for u in updates) / len(updates),
+            "policy_loss": sum(u.policy_loss for u in updates) / len(updates),
             "grad_norm": sum(u.grad_norm for u in updates) / len(updates),
             "skipped_nonfinite": float(sum(u.nonfinite for u in updates)),
             **{k: v for k, v in finalize_stats(totals).items() if k != "kl_ref" or self.reference is not None},

@@ -54,6 +54,7 @@ STAT_KEYS: tuple[str, ...] = (
     "correction_w_max",
     "kl_ref_sum",
     "entropy_sum",
+    "entropy_bonus_sum",  # the entropy bonus's part of the loss sum, in loss units (TRL's policy_loss leaves it out)
 )
 
 
@@ -224,17 +225,12 @@ def policy_loss(
         if spec.kl_coef > 0:
             per_token = per_token + spec.kl_coef * kl
     ent = torch.where(m, entropy, 0.0).to(dtype) if entropy is not None else None
+    bonus = torch.zeros_like(per_token)
     if spec.entropy_coef > 0:
-        bonus = ent if high_entropy is None else torch.where(high_entropy, ent, 0.0)
-        per_token = per_token - spec.entropy_coef * bonus
+        bonus = spec.entropy_coef * (ent if high_entropy is None else torch.where(high_entropy, ent, 0.0))
+        per_token = per_token - bonus
     per_token = torch.where(m, per_token, 0.0)
-
-    if spec.agg == "token-mean":
-        loss, units = per_token.sum(), n_tok.sum()
-    elif spec.agg == "seq-mean-token-mean":
-        loss, units = (per_token.sum(-1) / n_tok.clamp(min=1)).sum(), has.sum()
-    else:
-        loss, units = per_token.sum() / spec.norm_len, has.sum()
+    loss, units = _aggregated(spec, per_token, n_tok, has)
 
     with torch.no_grad():
         fm = m.double()
@@ -268,12 +264,24 @@ def policy_loss(
             "correction_w_max": applied.double().max() if applied.numel() else fm.new_zeros(()),
             "kl_ref_sum": (kl.detach().double() * fm).sum() if kl is not None else fm.new_zeros(()),
             "entropy_sum": (ent.detach().double() * fm).sum() if ent is not None else fm.new_zeros(()),
+            "entropy_bonus_sum": -_aggregated(spec, torch.where(m, bonus.detach(), 0.0), n_tok, has)[0].double(),
             "units": units.double(),
         }
         flat = torch.stack(list(values.values())).tolist()
     stats = dict(zip(values, flat, strict=True))
     units = stats.pop("units")
     return LossOutput(loss=loss, units=units, stats=stats)
+
+
+def _aggregated(
+    spec: LossSpec, per_token: torch.Tensor, n_tok: torch.Tensor, has: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A masked per-token term summed over ``spec.agg``'s units, and the units."""
+    if spec.agg == "token-mean":
+        return per_token.sum(), n_tok.sum()
+    if spec.agg == "seq-mean-token-mean":
+        return (per_token.sum(-1) / n_tok.clamp(min=1)).sum(), has.sum()
+    return per_token.sum() / spec.norm_len, has.sum()
 
 
 def empty_stats() -> dict[str, float]:
