@@ -429,7 +429,9 @@ class FSDPEngine:
             "updates": float(len(updates)),
             "pad_fraction": 1.0 - sum(u.real for u in updates) / max(sum(u.positions for u in updates), 1),
             "dp_wait_s": self._waited,
-            **({"entropy_coef": self.entropy_control.coef} if self.entropy_control is not None else {}),
+            "entropy_coef": self.entropy_control.coef
+            if self.entropy_control is not None
+            else self.spec.loss.entropy_coef,
             **self._gpu_peak(),
         }
 
