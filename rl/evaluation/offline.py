@@ -37,6 +37,7 @@ from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec
 from rl.rollout.episode_settings import episode_settings
+from rl.rollout.tool_workflow import ToolSettings
 from rl.types import PromptRow
 
 log = logging.getLogger("rl.eval")
@@ -130,9 +131,12 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
 
 
 def prompt_ids(cfg: RunConfig, encoder: PromptEncoder) -> Callable[[PromptRow], list[int]]:
-    """A row's prompt tokens as the engine gets them: with episodes, the episode's first prompt (tools' schemas in)."""
+    """A row's prompt tokens as the engine gets them: with tools, the episode's first prompt (their schemas in);
+    otherwise, a user workflow's too, the prompt as a single-turn run renders it (the workflow is not made here)."""
     tools = episode_settings(cfg)
-    return tools.build(encoder.tokenizer).prompt if tools else lambda row: encoder.encode(row.prompt)
+    return (
+        tools.build(encoder.tokenizer).prompt if isinstance(tools, ToolSettings) else lambda r: encoder.encode(r.prompt)
+    )
 
 
 def same_source(a: str, b: str) -> bool:
