@@ -185,9 +185,13 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_b
     assert (args["delta"], args["off_policy_mask_threshold"]) == (3.0, 0.5)
     top = load_config(recipe_path("arith_tiny"), ["algorithm.top_entropy_quantile=0.2"])
     assert grpo_arguments(top, 0, 20, tmp_path, use_vllm=False)["top_entropy_quantile"] == 0.2
+    stops = load_config(recipe_path("arith_tiny"), ['rollout.stop=[";"]'])
+    assert grpo_arguments(stops, 0, 20, tmp_path, use_vllm=True)["generation_kwargs"] == {"stop": [";"]}
+    assert "generation_kwargs" not in grpo_arguments(cfg, 0, 20, tmp_path, use_vllm=True)
     for overrides, refused in (
         (["algorithm.loss=cispo", "algorithm.agg=seq-mean-token-mean"], "algorithm.loss=cispo with algorithm.agg"),
         (["algorithm.loss=sapo"], "algorithm.loss=sapo"),
+        (['rollout.stop=[";"]'], "rollout.stop without --peer-vllm"),  # transformers' generation: no stop strings
     ):
         with pytest.raises(ValueError, match=f"cannot mirror {refused}"):
             grpo_arguments(load_config(recipe_path("arith_tiny"), overrides), 0, 20, tmp_path, use_vllm=False)

@@ -266,7 +266,7 @@ def check(recipe: Path, opts: PeerOptions) -> int:
     for seed in opts.seeds:
         if not opts.peer_only:
             variant_configs(recipe, opts.variants, seed_overrides(opts, steps, seed), opts.out_dir / f"seed{seed}")
-        if bad := unsupported(load_config(recipe, seed_overrides(opts, steps, seed))):
+        if bad := unsupported(load_config(recipe, seed_overrides(opts, steps, seed)), opts.use_vllm):
             raise ValueError(f"TRL's GRPOTrainer cannot mirror {', '.join(bad)}")
     return steps
 

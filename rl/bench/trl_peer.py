@@ -126,10 +126,12 @@ def process_facts() -> dict[str, Any]:
     }
 
 
-def unsupported(cfg: RunConfig) -> list[str]:
-    """The recipe settings TRL's GRPOTrainer cannot mirror (empty when it can run the recipe)."""
+def unsupported(cfg: RunConfig, use_vllm: bool) -> list[str]:
+    """The recipe settings TRL's GRPOTrainer cannot mirror (empty when it can run the recipe); ``use_vllm``: with
+    its vLLM generation, which takes stop strings (transformers' generation here does not)."""
     a, t = cfg.algorithm, cfg.train
     checks = {
+        "rollout.stop without --peer-vllm": bool(cfg.rollout.stop) and not use_vllm,
         f"algorithm.advantage={a.advantage}": a.advantage not in (*SCALE_REWARDS, "gdpo"),
         f"algorithm.loss={a.loss}": a.loss not in ("ppo", "cispo", "vespo"),
         f"algorithm.loss={a.loss} with algorithm.agg={a.agg}": a.loss in ("cispo", "vespo") and a.agg != "token-mean",
@@ -145,7 +147,7 @@ def unsupported(cfg: RunConfig) -> list[str]:
 def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vllm: bool) -> dict[str, Any]:
     """TRL's ``GRPOConfig`` arguments for the recipe: one generation batch of ``batch_groups`` x ``m_keep`` per
     optimizer step."""
-    if bad := unsupported(cfg):
+    if bad := unsupported(cfg, use_vllm):
         raise ValueError(f"TRL's GRPOTrainer cannot mirror {', '.join(bad)}")
     a, t, r = cfg.algorithm, cfg.train, cfg.rollout
     per_step = t.batch_groups * cfg.shaping.m_keep
@@ -164,6 +166,7 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         top_k=r.top_k,
         min_p=r.min_p or None,
         repetition_penalty=r.repetition_penalty,
+        **({"generation_kwargs": {"stop": list(r.stop)}} if r.stop else {}),  # vLLM's SamplingParams take them
         learning_rate=t.lr,
         lr_scheduler_type=t.lr_schedule,  # the same names, one TRL optimizer step per Tailor step; its warmup
         # starts from a zero rate (transformers), Tailor's from lr/lr_warmup_steps
