@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from rl.rollout.call_notations import CompactValue, call_of, python_calls, typed
@@ -330,7 +331,9 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
     if getattr(tokenizer, "response_template", None) is not None:
         prompt = tokenizer.apply_chat_template(user, add_generation_prompt=True, tokenize=False, **kwargs)
         return ResponseTemplate(tokenizer, prompt)
-    probe = user + [{"role": "assistant", "content": "", "tool_calls": [PROBE_CALL]}]
+    form = template_arguments(tokenizer, kwargs)
+    call = {**PROBE_CALL, "function": {"name": PROBE, "arguments": form({"x": 1})}}
+    probe = user + [{"role": "assistant", "content": "", "tool_calls": [call]}]
     text = tokenizer.apply_chat_template(probe, tokenize=False, **kwargs)
     if f"<function={PROBE}>" in text:
         return XmlInTags()
@@ -360,6 +363,21 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
         raise UnknownCallSyntax("its chat template drops an assistant's tool calls")
     shown = text[max(0, at - 30) : at + 50].replace("\n", "\\n")
     raise UnknownCallSyntax(f"its chat template writes a call in a syntax Tailor does not read (...{shown}...)")
+
+
+def template_arguments(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> Callable[[dict], Any]:
+    """How the chat template takes an assistant's call's arguments: as an object (most templates), or, where it
+    cannot render one, as its JSON text (OpenAI's message form; DeepSeek's templates add it to a string)."""
+    probe = [{"role": "user", "content": "-"}, {"role": "assistant", "content": "", "tool_calls": [PROBE_CALL]}]
+    try:
+        tokenizer.apply_chat_template(probe, tokenize=False, **(template_kwargs or {}))
+    except Exception:  # the template's own error, whatever its kind
+        return json.dumps
+    return _as_given
+
+
+def _as_given(arguments: dict) -> dict:
+    return arguments
 
 
 def _json_call(body: str, key: str) -> ToolCall:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from rl.rollout.tool_calls import CallReader, Schemas, call_reader
+from rl.rollout.tool_calls import CallReader, Schemas, call_reader, template_arguments
 from rl.rollout.tools import ToolCall
 
 Messages = list[dict[str, Any]]
@@ -56,6 +56,7 @@ class ChatTemplateFormat:
         self.end_of_turn = tokenizer.eos_token_id
         self.turn_ends = frozenset({self.end_of_turn, *generation_eos(tokenizer)})
         self.reader: CallReader = call_reader(tokenizer, self.template_kwargs)
+        self.arguments = template_arguments(tokenizer, self.template_kwargs)  # an object, or JSON text
 
     def prompt(self, messages: Messages, schemas: list[dict[str, Any]]) -> list[int]:
         return list(
@@ -97,7 +98,7 @@ class ChatTemplateFormat:
 
     def _results(self, results: list[tuple[str, str]], ids: list[str]) -> list[int]:
         called = [
-            {"id": i, "type": "function", "function": {"name": name, "arguments": {}}}
+            {"id": i, "type": "function", "function": {"name": name, "arguments": self.arguments({})}}
             for i, (name, _) in zip(ids, results, strict=True)
         ]
         before = [{"role": "user", "content": "-"}, {"role": "assistant", "content": "", "tool_calls": called}]

@@ -303,6 +303,23 @@ def test_olmo3_calls_are_read_one_a_line_and_results_follow_the_turn_the_model_e
     assert fmt.tokenizer.decode(results) == "\n<|im_start|>environment\nsunny<|im_end|>\n<|im_start|>assistant\n"
 
 
+def test_a_template_that_takes_arguments_as_json_text_is_read_and_its_results_join():
+    """A template that adds a call's arguments to a string (OpenAI's message form) cannot render them as an object:
+    the probe and the results' stand-in call give them as JSON text instead."""
+    fmt = ChatTemplateFormat(byte_chat_tokenizer("string_arguments"))
+    assert type(fmt.reader) is JsonInTags and fmt.arguments({"x": 1}) == '{"x": 1}'
+    as_text = {**called("forecast", ARGUMENTS)}
+    as_text["tool_calls"] = [{**as_text["tool_calls"][0], "function": {"name": "forecast", "arguments": '{"days": 3}'}}]
+    turn = sampled_turn(fmt, [*USER, as_text])
+    assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", {"days": 3})]
+    tools = [{"role": "tool", "name": "forecast", "content": "sunny"}]
+    whole = list(
+        fmt.tokenizer.apply_chat_template([*USER, as_text, *tools], add_generation_prompt=True, return_dict=False)
+    )
+    assert fmt.prompt(USER, []) + turn + fmt.results([("forecast", "sunny")]) == whole
+    assert ChatTemplateFormat(byte_chat_tokenizer("qwen")).arguments({"x": 1}) == {"x": 1}  # most take the object
+
+
 def test_xml_calls_without_a_function_or_a_schema_are_still_read():
     fmt = ChatTemplateFormat(byte_chat_tokenizer("qwen3.5"))
 

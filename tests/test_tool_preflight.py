@@ -92,7 +92,20 @@ def test_tools_and_environment_pass_and_the_schemas_count_in_prompts(tmp_path):
 
 @pytest.mark.parametrize(
     "family",
-    ["qwen3", "qwen3.5", "llama3", "mistral", "mistral11", "glm", "gemma4", "harmony", "pythonic", "lfm2", "olmo3"],
+    [
+        "qwen3",
+        "qwen3.5",
+        "llama3",
+        "mistral",
+        "mistral11",
+        "glm",
+        "gemma4",
+        "harmony",
+        "pythonic",
+        "lfm2",
+        "olmo3",
+        "string_arguments",
+    ],
 )
 def test_the_templates_of_other_call_syntaxes_pass(tmp_path, family):
     """Qwen3's template renders the turn before a tool result without its empty think block: its results are what

@@ -177,6 +177,13 @@ OLMO3_TEMPLATE = (  # Olmo 3's shape: calls bare, one a line, in <function_calls
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+STRING_ARGUMENTS_TEMPLATE = (  # Qwen's shape, but a call's arguments added to a string: they must be JSON text
+    "{% if tools %}<|im_start|>system\n{{ tools | tojson }}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    '{% for c in m.tool_calls or [] %}<tool_call>{{ \'{"name": "\' + c.function.name + \'", "arguments": \' '
+    "+ c.function.arguments + '}' }}</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 DEEPSEEK_TEMPLATE = (  # a syntax Tailor does not read: DeepSeek V3.1's call tokens
     "{% for m in messages %}{% if m.role == 'user' %}<｜User｜>{{ m.content }}"
     "{% elif m.tool_calls %}<｜Assistant｜><｜tool▁calls▁begin｜>{% for c in m.tool_calls %}<｜tool▁call▁begin｜>"
@@ -201,6 +208,7 @@ TEMPLATES = {
     "pythonic": PYTHONIC_TEMPLATE,
     "lfm2": LFM2_TEMPLATE,
     "olmo3": OLMO3_TEMPLATE,
+    "string_arguments": STRING_ARGUMENTS_TEMPLATE,
     "deepseek": DEEPSEEK_TEMPLATE,
 }
 MISTRAL_SPECIALS = [
