@@ -21,6 +21,8 @@ turn that calls a probe tool, and the way the call comes out picks the reader. A
   pythonic templates), or between ``<|tool_call_start|>`` and ``<|tool_call_end|>`` (LFM2, LFM2.5, whose templates
   keep an assistant's calls in its text: read where the vocabulary has those markers), or bare, one a line, between
   ``<function_calls>`` and ``</function_calls>`` (Olmo 3).
+- ``DeepSeekCalls``: ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`` for each call (DeepSeek V3.1,
+  V3.2), or ``...begin｜>function<｜tool▁sep｜>NAME`` and the arguments in a ```json fence (DeepSeek V3, R1-0528).
 - ``HarmonyMessages``: gpt-oss's messages, a call being one addressed ``to=functions.NAME`` (in its role or its
   channel header) with JSON arguments, ended by ``<|call|>``; the turn's content is its ``final`` channel.
 - ``ResponseTemplate``: ``tokenizer.parse_response`` with the tokenizer's own template.
@@ -44,7 +46,8 @@ PROBE = "tailor_probe"  # the tool the probe turn calls, with arguments {"x": 1}
 PROBE_CALL = {"id": "tailor001", "type": "function", "function": {"name": PROBE, "arguments": {"x": 1}}}
 CALL_SYNTAXES = (  # what a refusal names
     "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Llama 4 (pythonic), "
-    "Mistral, GLM-4.5+, Gemma 4, gpt-oss, LFM2 and Olmo 3 templates, and of any tokenizer with a response_template"
+    "Mistral, GLM-4.5+, Gemma 4, gpt-oss, DeepSeek V3/V3.1, LFM2 and Olmo 3 templates, and of any tokenizer with a "
+    "response_template"
 )
 TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 XML_NAME = re.compile(r"<function=(?P<name>[^>\n]+)>")
@@ -59,6 +62,11 @@ COMPACT_RESULTS = "<|tool_response>"  # ends a Gemma 4 turn that calls: the resu
 THOUGHT = re.compile(r"<\|channel>.*?<channel\|>", re.DOTALL)  # Gemma 4's reasoning, not the turn's content
 LFM_MARKS = ("<|tool_call_start|>", "<|tool_call_end|>")  # around LFM2's list of calls
 OLMO_MARKS = ("<function_calls>", "</function_calls>")  # around Olmo 3's calls, one a line
+DEEPSEEK_CALL = re.compile(
+    r"<｜tool▁call▁begin｜>(?P<head>.*?)<｜tool▁sep｜>(?P<body>.*?)<｜tool▁call▁end｜>", re.DOTALL
+)
+DEEPSEEK_FENCED = re.compile(r"(?P<name>[^\n]*)\n```(?:json)?\n(?P<arguments>.*)\n```", re.DOTALL)  # V3's form
+DEEPSEEK_CALLS = re.compile(r"<｜tool▁calls▁begin｜>.*?(?:<｜tool▁calls▁end｜>|$)", re.DOTALL)  # a turn's calls
 HARMONY_START, HARMONY_BODY = "<|start|>", "<|message|>"  # gpt-oss: each message's header, then its body
 HARMONY_ENDS = re.compile(r"<\|(?:call|end|return)\|>")  # what ends a gpt-oss message's body
 HARMONY_RECIPIENT = re.compile(r"\bto=(?P<to>[^\s<]+)")
@@ -259,6 +267,25 @@ class PythonCalls:
         return parts
 
 
+class DeepSeekCalls:
+    """DeepSeek's call tokens: each call's name, ``<｜tool▁sep｜>`` and its JSON arguments, between
+    ``<｜tool▁call▁begin｜>`` and ``<｜tool▁call▁end｜>``; in V3's form the name is ``function`` and the tool's name
+    and a fenced JSON block follow the separator."""
+
+    def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        calls = []
+        for found in DEEPSEEK_CALL.finditer(text):
+            name, arguments = found.group("head").strip(), found.group("body").strip()
+            fenced = DEEPSEEK_FENCED.fullmatch(arguments) if name == "function" else None
+            if fenced is not None:
+                name, arguments = fenced.group("name").strip(), fenced.group("arguments")
+            calls.append(call_of({"name": name, "arguments": arguments or "{}"}, "arguments"))
+        return calls
+
+    def without_calls(self, text: str) -> str:
+        return DEEPSEEK_CALLS.sub("", text)
+
+
 class HarmonyMessages:
     """gpt-oss's harmony messages (``<|start|>ROLE<|channel|>CHANNEL<|message|>BODY<|end|>``, the first one's
     ``<|start|>assistant`` in the prompt): a message addressed ``to=functions.NAME`` is a call whose body is its JSON
@@ -351,6 +378,8 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
         return CompactCalls()
     if f"to=functions.{PROBE}" in text:
         return HarmonyMessages()
+    if re.search(rf"<｜tool▁call▁begin｜>(?:function<｜tool▁sep｜>)?{PROBE}\b", text):
+        return DeepSeekCalls()
     if re.search(rf"{OLMO_MARKS[0]}\s*{PROBE}\(x=1\)", text):
         return PythonCalls(list(tokenizer.all_special_tokens), OLMO_MARKS, one_per_line=True)
     if re.search(rf"\[\s*{PROBE}\(x=1\)\s*\]", text):

@@ -6,6 +6,7 @@ import pytest
 from rl.rollout.tool_calls import (
     BareJson,
     CompactCalls,
+    DeepSeekCalls,
     HarmonyMessages,
     JsonInTags,
     KeyValueTags,
@@ -320,6 +321,28 @@ def test_a_template_that_takes_arguments_as_json_text_is_read_and_its_results_jo
     assert ChatTemplateFormat(byte_chat_tokenizer("qwen")).arguments({"x": 1}) == {"x": 1}  # most take the object
 
 
+def test_deepseek_calls_are_read_in_both_forms_and_the_results_follow_the_turn(tmp_path):
+    """DeepSeek V3.1 writes each call's name and JSON arguments between its call tokens (V3 a fenced block after
+    ``function``); its template adds the arguments to a string (so they are JSON text) and puts the results after
+    the turn with no header, the model answering after them."""
+    fmt = ChatTemplateFormat(saved_chat_tokenizer("deepseek", tmp_path))
+    assert type(fmt.reader) is DeepSeekCalls and fmt.arguments({}) == "{}"
+    call = '<｜tool▁call▁begin｜>forecast<｜tool▁sep｜>{"city": "75001", "days": 3, "metric": true, "hours": [6, 18]}'
+    said = f"Let me look.<｜tool▁calls▁begin｜>{call}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+    turn = fmt.tokenizer.encode(said, add_special_tokens=False) + [fmt.end_of_turn]
+    assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]
+    assert fmt.prose(turn) == "Let me look."
+    v3 = '<｜tool▁call▁begin｜>function<｜tool▁sep｜>forecast\n```json\n{"days": 3}\n```<｜tool▁call▁end｜>'
+    assert fmt.calls(fmt.tokenizer.encode(v3), []) == [ToolCall("forecast", {"days": 3})]
+    results = fmt.results([("forecast", "sunny")])
+    as_text = {"id": CALL_ID, "type": "function", "function": {"name": "forecast", "arguments": call.split("｜>")[-1]}}
+    conversation = [*USER, {"role": "assistant", "content": "Let me look.", "tool_calls": [as_text]}]
+    tools = [{"role": "tool", "name": "forecast", "content": "sunny"}]
+    whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
+    assert fmt.prompt(USER, []) + turn + results == whole
+    assert fmt.tokenizer.decode(results) == "<｜tool▁output▁begin｜>sunny<｜tool▁output▁end｜>"
+
+
 def test_xml_calls_without_a_function_or_a_schema_are_still_read():
     fmt = ChatTemplateFormat(byte_chat_tokenizer("qwen3.5"))
 
@@ -357,8 +380,8 @@ def test_a_tokenizers_own_response_template_reads_its_calls():
 
 
 def test_a_syntax_no_reader_reads_is_refused_showing_it():
-    with pytest.raises(UnknownCallSyntax, match=r"does not read \(\.\.\..*tailor_probe<｜tool▁sep｜>"):
-        call_reader(byte_chat_tokenizer("deepseek"))
+    with pytest.raises(UnknownCallSyntax, match=r'does not read \(\.\.\..*<invoke name="tailor_probe">'):
+        call_reader(byte_chat_tokenizer("minimax"))
     plain = byte_chat_tokenizer("qwen")
     plain.chat_template = "{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
     with pytest.raises(UnknownCallSyntax, match="drops an assistant's tool calls"):

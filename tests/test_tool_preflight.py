@@ -105,6 +105,7 @@ def test_tools_and_environment_pass_and_the_schemas_count_in_prompts(tmp_path):
         "lfm2",
         "olmo3",
         "string_arguments",
+        "deepseek",
     ],
 )
 def test_the_templates_of_other_call_syntaxes_pass(tmp_path, family):
@@ -128,7 +129,11 @@ def test_shaping_policies_shape_episodes(tmp_path, policy):
         (["rollout.tools=[{tools}:add, {tools}:add]"], "qwen", r"two tools named 'add'"),
         (["data.chat=false"], "qwen", r"need chat prompts .* set data\.chat=true"),
         ([], "plain", r"^model\.path '.*': its chat template does not render tools"),
-        ([], "deepseek", r"^model\.path '.*': .*a syntax Tailor does not read \(.*tailor_probe<｜tool▁sep｜>.*Llama 3"),
+        (
+            [],
+            "minimax",
+            r"^model\.path '.*': .*a syntax Tailor does not read \(.*<invoke name=.tailor_probe.>.*Llama 3",
+        ),
         (["reward.functions=[{fn: '{tools}:env_reward'}]", "rollout.environment=null"], "qwen", r"environments"),
     ],
     ids=["missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "syntax", "no-env"],

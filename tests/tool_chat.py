@@ -184,15 +184,28 @@ STRING_ARGUMENTS_TEMPLATE = (  # Qwen's shape, but a call's arguments added to a
     "+ c.function.arguments + '}' }}</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-DEEPSEEK_TEMPLATE = (  # a syntax Tailor does not read: DeepSeek V3.1's call tokens
-    "{% for m in messages %}{% if m.role == 'user' %}<｜User｜>{{ m.content }}"
-    "{% elif m.tool_calls %}<｜Assistant｜><｜tool▁calls▁begin｜>{% for c in m.tool_calls %}<｜tool▁call▁begin｜>"
-    "{{ c.function.name }}<｜tool▁sep｜>{{ c.function.arguments | tojson }}<｜tool▁call▁end｜>{% endfor %}"
-    "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>"
-    "{% elif m.role == 'tool' %}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>"
-    "{% else %}<｜Assistant｜>{{ m.content }}<｜end▁of▁sentence｜>{% endif %}{% endfor %}"
+DEEPSEEK_TEMPLATE = (  # DeepSeek V3.1's shape: call tokens, arguments added to a string; results need no header
+    "<｜begin▁of▁sentence｜>{% if tools %}{{ tools | tojson }}{% endif %}"
+    "{% set ns = namespace(last_user=false, tool=false) %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'user' %}<｜User｜>{{ m.content }}{% set ns.last_user = true %}{% set ns.tool = false %}"
+    "{% elif m.role == 'assistant' and m.tool_calls %}{% if ns.last_user %}<｜Assistant｜></think>{% endif %}"
+    "{{ m.content or '' }}<｜tool▁calls▁begin｜>{% for c in m.tool_calls %}"
+    "{{ '<｜tool▁call▁begin｜>' + c.function.name + '<｜tool▁sep｜>' + c.function.arguments + '<｜tool▁call▁end｜>' }}"
+    "{% endfor %}<｜tool▁calls▁end｜><｜end▁of▁sentence｜>{% set ns.last_user = false %}"
+    "{% elif m.role == 'assistant' %}{% if ns.last_user %}<｜Assistant｜></think>{% endif %}"
+    "{{ m.content }}<｜end▁of▁sentence｜>{% set ns.last_user = false %}{% set ns.tool = false %}"
+    "{% elif m.role == 'tool' %}<｜tool▁output▁begin｜>{{ m.content }}<｜tool▁output▁end｜>{% set ns.tool = true %}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt and ns.last_user and not ns.tool %}<｜Assistant｜></think>{% endif %}"
+)
+MINIMAX_TEMPLATE = (  # a syntax Tailor does not read: MiniMax-M2's invoke tags
     "{% if tools %}{{ tools | tojson }}{% endif %}"
-    "{% if add_generation_prompt %}<｜Assistant｜>{% endif %}"
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% for c in m.tool_calls or [] %}<minimax:tool_call>"
+    '<invoke name="{{ c.function.name }}">{% for k, v in c.function.arguments.items() %}'
+    '<parameter name="{{ k }}">{{ v }}</parameter>{% endfor %}</invoke></minimax:tool_call>{% endfor %}'
+    "</s>{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
 )
 TEMPLATES = {
     "qwen": TEMPLATE,
@@ -210,6 +223,7 @@ TEMPLATES = {
     "olmo3": OLMO3_TEMPLATE,
     "string_arguments": STRING_ARGUMENTS_TEMPLATE,
     "deepseek": DEEPSEEK_TEMPLATE,
+    "minimax": MINIMAX_TEMPLATE,
 }
 MISTRAL_SPECIALS = [
     *(
@@ -259,7 +273,22 @@ SPECIALS = {
         [],
     ),
     "olmo3": ("<|endoftext|>", ["<|im_start|>", "<|im_end|>"], []),
-    "deepseek": ("<｜end▁of▁sentence｜>", ["<｜User｜>", "<｜Assistant｜>"], []),
+    "deepseek": (
+        "<｜end▁of▁sentence｜>",
+        [
+            *(
+                "<｜begin▁of▁sentence｜>",
+                "<｜User｜>",
+                "<｜Assistant｜>",
+                "<｜tool▁calls▁begin｜>",
+                "<｜tool▁calls▁end｜>",
+            ),
+            *("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "<｜tool▁output▁begin｜>"),
+            "<｜tool▁output▁end｜>",
+        ],
+        ["</think>"],
+    ),
+    "minimax": ("</s>", ["<minimax:tool_call>", "</minimax:tool_call>"], []),
 }
 
 
