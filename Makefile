@@ -39,7 +39,7 @@ demo: install
 
 # two pytest workers, whole files each, the longest files first (conftest; xdist would reorder them by test count):
 # every worker has its own Ray and warm engine, and most tests wait on process start-up more than they compute, so two
-# overlap on 2 cores (a fresh clone, models built: ~11.5 min; docs/development.md)
+# overlap on 2 cores (a fresh clone, models built: 9.5–11 min; docs/development.md)
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
