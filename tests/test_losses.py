@@ -4,7 +4,16 @@ import math
 import pytest
 import torch
 
-from rl.algorithm.losses import MIN_STATS, STAT_KEYS, LossSpec, empty_stats, finalize_stats, merge_stats, policy_loss
+from rl.algorithm.losses import (
+    MIN_STATS,
+    STAT_KEYS,
+    LossSpec,
+    empty_stats,
+    finalize_stats,
+    kind_metrics,
+    merge_stats,
+    policy_loss,
+)
 
 L = math.log
 NAN = float("nan")
@@ -257,6 +266,8 @@ def test_cispo_capped_tokens_keep_a_gradient_and_nothing_is_raised():
     expected = -(1.28 * L(1.5) + 0.5 * L(0.5)) + (1.28 * L(1.5) + 0.7 * L(0.7))
     assert out.loss.item() == pytest.approx(expected)
     assert out.stats["clipped_tokens"] == 2.0  # the ratios above 1.28, whatever the advantage's sign
+    assert kind_metrics("cispo", out.stats) == {"cispo_clip_ratio": 1 / 6}  # TRL's: under a positive advantage only
+    assert kind_metrics("ppo", out.stats) == {}
     assert out.stats["ratio_sum"] == pytest.approx(1.5 + 1.0 + 0.5 + 1.5 + 1.0 + 0.7)
 
 
@@ -315,6 +326,7 @@ def test_vespo_weighs_each_sequence_by_a_gamma_of_its_whole_ratio_hand_computed(
     assert logp.grad.tolist() == [pytest.approx([-phi[0], -phi[0], 0.0]), pytest.approx([phi[1], phi[1], 0.0])]
     assert phi[0] < 1 and phi[1] < 1  # both sequences off-policy: damped, never cut off
     assert out.stats["clipped_tokens"] == 0.0
+    assert kind_metrics("vespo", out.stats)["vespo/phi_seq_mean"] == pytest.approx((phi[0] + phi[1]) / 2)  # by token
 
 
 def test_vespo_needs_positive_shape_parameters():

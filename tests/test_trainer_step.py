@@ -68,6 +68,8 @@ def test_every_loss_kind_raises_the_rewarded_sample_and_lowers_the_other(tiny_mo
     ]
     metrics = trainer.train_step([Group(PromptRow("x", "3+5+7=", "15"), case.prompt, samples, [1.0, -1.0])])
     assert metrics["skipped_nonfinite"] == 0 and metrics["clip_fraction"] == 0.0  # on-policy: nothing clipped
+    assert metrics.get("cispo_clip_ratio") == (0.0 if kind == "cispo" else None)  # TRL logs it with cispo only
+    assert metrics.get("vespo/phi_seq_mean") == (pytest.approx(1.0) if kind == "vespo" else None)  # phi(1) = 1
     assert sum(trainer.sequence_logprobs(case.prompt, case.good)) > before_good
     assert sum(trainer.sequence_logprobs(case.prompt, case.bad)) < before_bad
 

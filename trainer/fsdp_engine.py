@@ -32,7 +32,7 @@ from rl.trainer.hooks import loss_hooks
 from rl.trainer.lr_schedule import lr_factor
 
 from rl.algorithm.entropy_control import EntropyControl
-from rl.algorithm.losses import combined_by, empty_stats, finalize_stats, merge_stats, policy_loss
+from rl.algorithm.losses import combined_by, empty_stats, finalize_stats, kind_metrics, merge_stats, policy_loss
 from rl.algorithm.off_policy import ess_lr_scale
 from rl.config import LoraConfig
 from rl.loop.checkpoint import ADAPTER_DIR, ADAPTER_WEIGHTS, REFERENCE_WEIGHTS
@@ -423,6 +423,7 @@ class FSDPEngine:
             "grad_norm": sum(u.grad_norm for u in updates) / len(updates),
             "skipped_nonfinite": float(sum(u.nonfinite for u in updates)),
             **{k: v for k, v in finalize_stats(totals).items() if k != "kl_ref" or self.reference is not None},
+            **kind_metrics(self.spec.loss.kind, totals),
             "tokens": totals["tokens"] / epochs,
             "seconds": seconds,
             "lr": self.optimizer.param_groups[0]["lr"],

@@ -55,6 +55,8 @@ STAT_KEYS: tuple[str, ...] = (
     "kl_ref_sum",
     "entropy_sum",
     "entropy_bonus_sum",  # the entropy bonus's part of the loss sum, in loss units (TRL's policy_loss leaves it out)
+    "cispo_capped_tokens",  # cispo: tokens whose ratio is capped under a positive advantage (TRL's cispo_clip_ratio)
+    "vespo_phi_sum",  # vespo: each token's sequence weight phi, summed (TRL's vespo/phi_seq_mean)
 )
 
 
@@ -191,6 +193,7 @@ def policy_loss(
     else:  # GSPO-token: value of the sequence ratio, gradient of each token's own log-prob
         seq_log_ratio = log_ratio.sum(-1) / n_tok.clamp(min=1)
         ratio = torch.exp(seq_log_ratio.detach().unsqueeze(-1) + logp - logp.detach())
+    phi = torch.zeros_like(ratio)  # vespo's sequence weights, per token
     if spec.kind == "cispo":  # the capped ratio is a detached weight: every token keeps a gradient
         capped = ratio.detach().clamp(max=1.0 + spec.clip_high)
         surrogate = capped * adv * logp
@@ -200,7 +203,8 @@ def policy_loss(
         surrogate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau) * adv
         was_clipped = torch.zeros_like(m)
     elif spec.kind == "vespo":  # a detached weight of the whole sequence's ratio: every token keeps a gradient
-        surrogate = _vespo_weight(spec, log_ratio.detach(), adv, m) * adv * logp
+        phi = _vespo_weight(spec, log_ratio.detach(), adv, m).expand_as(ratio)
+        surrogate = phi * adv * logp
         was_clipped = torch.zeros_like(m)
     else:  # the pessimistic bound: a token whose clipped side is the minimum has no gradient
         unclipped = ratio * adv
@@ -265,6 +269,10 @@ def policy_loss(
             "kl_ref_sum": (kl.detach().double() * fm).sum() if kl is not None else fm.new_zeros(()),
             "entropy_sum": (ent.detach().double() * fm).sum() if ent is not None else fm.new_zeros(()),
             "entropy_bonus_sum": -_aggregated(spec, torch.where(m, bonus.detach(), 0.0), n_tok, has)[0].double(),
+            "cispo_capped_tokens": (was_clipped & (adv > 0) & m).double().sum()
+            if spec.kind == "cispo"
+            else fm.new_zeros(()),
+            "vespo_phi_sum": (phi.detach().double() * fm).sum(),
             "units": units.double(),
         }
         flat = torch.stack(list(values.values())).tolist()
@@ -339,6 +347,17 @@ def finalize_stats(sums: dict[str, float]) -> dict[str, float]:
         "entropy": per_token("entropy_sum"),
         **_correction_weights(sums),
     }
+
+
+def kind_metrics(kind: str, sums: dict[str, float]) -> dict[str, float]:
+    """What TRL logs for ``kind``'s loss alone, per token: ``cispo_clip_ratio`` (the share of tokens whose ratio CISPO
+    capped under a positive advantage) and ``vespo/phi_seq_mean`` (VESPO's sequence weight, token-weighted)."""
+    tokens = max(sums["tokens"], 1.0)
+    if kind == "cispo":
+        return {"cispo_clip_ratio": sums["cispo_capped_tokens"] / tokens}
+    if kind == "vespo":
+        return {"vespo/phi_seq_mean": sums["vespo_phi_sum"] / tokens}
+    return {}
 
 
 def _finite(value: float) -> float:
