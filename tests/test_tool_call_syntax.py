@@ -60,11 +60,16 @@ def called(name: str, arguments: dict) -> dict:
     }
 
 
+def rendering(fmt: ChatTemplateFormat, messages: list[dict], generation_prompt: bool = False) -> list[int]:
+    """The ids the template renders for ``messages``, the next assistant header after them if ``generation_prompt``."""
+    return list(fmt.tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, return_dict=False))
+
+
 def sampled_turn(fmt: ChatTemplateFormat, messages: list[dict]) -> list[int]:
     """The ids the template puts after the generation prompt for the conversation's last assistant turn, up to and
     with its end-of-turn token: what a model trained on the template samples."""
     prompt = fmt.prompt(messages[:-1], [])
-    whole = list(fmt.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False))
+    whole = rendering(fmt, messages)
     assert whole[: len(prompt)] == prompt
     turn = whole[len(prompt) :]
     return turn[: next(i for i, t in enumerate(turn) if t in fmt.turn_ends) + 1]
@@ -95,7 +100,7 @@ def test_results_are_what_the_template_renders_after_the_sampled_turn(family):
         {"role": "tool", "name": "forecast", "content": c, "tool_call_id": f"call0000{i}"}
         for i, c in enumerate(("sunny", "rain"))
     ]  # the stand-in ids of results given none
-    whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
+    whole = rendering(fmt, conversation + tools, generation_prompt=True)
     assert whole[-len(results) :] == results and "sunny" in fmt.decode(results) and "rain" in fmt.decode(results)
     if family == "qwen3":
         assert "<think>" in fmt.decode(turn) and prompt + turn + results != whole  # rewritten, yet joined right
@@ -158,13 +163,13 @@ def test_glm_calls_are_read_typed_and_results_follow_the_token_that_opened_them(
     assert type(fmt.reader) is KeyValueTags and observation in fmt.turn_ends
     conversation = [*USER, called("forecast", ARGUMENTS)]
     prompt = fmt.prompt(USER, [])
-    whole_turn = list(fmt.tokenizer.apply_chat_template(conversation, tokenize=True, return_dict=False))
+    whole_turn = rendering(fmt, conversation)
     turn = whole_turn[len(prompt) :] + [observation]  # the model's turn, as it stops
     assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]
     assert assistant_message(fmt.prose(turn))["content"] == ""  # the empty think block is reasoning_content
     results = fmt.results([("forecast", "sunny"), ("forecast", "rain")])
     tools = [{"role": "tool", "name": "forecast", "content": c} for c in ("sunny", "rain")]
-    whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
+    whole = rendering(fmt, conversation + tools, generation_prompt=True)
     assert prompt + turn + results == whole
     assert fmt.decode(results).startswith("<tool_response>\nsunny\n</tool_response>")  # <|observation|> sampled
     unknown = "<tool_call>lookup\n<arg_key>n</arg_key>\n<arg_value>7</arg_value>\n</tool_call>"
@@ -184,18 +189,14 @@ def test_gemma4_calls_are_read_typed_and_the_results_continue_the_models_turn(tm
     conversation = [*USER, called("forecast", ARGUMENTS)]
     said = 'call:forecast{city:<|"|>75001<|"|>,days:3,hours:[6,18],metric:true}'
     turn = fmt.tokenizer.encode(f"<|tool_call>{said}<tool_call|><|tool_response>", add_special_tokens=False)
-    rendered = list(fmt.tokenizer.apply_chat_template(conversation, tokenize=True, return_dict=False))
+    rendered = rendering(fmt, conversation)
     assert rendered[-len(turn) :] == turn  # as the template writes a call with no result yet
     assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", ARGUMENTS)]
     assert fmt.prose(turn) == ""
     results = fmt.results([("forecast", "sunny"), ("forecast", "rain")])
     tools = [{"role": "tool", "name": "forecast", "content": c} for c in ("sunny", "rain")]
     answer = fmt.tokenizer.encode("It is sunny.<turn|>", add_special_tokens=False)
-    whole = list(
-        fmt.tokenizer.apply_chat_template(
-            [*conversation, *tools, {"role": "assistant", "content": "It is sunny."}], return_dict=False
-        )
-    )
+    whole = rendering(fmt, [*conversation, *tools, {"role": "assistant", "content": "It is sunny."}])
     assert rendered + results + answer == whole[:-1]  # nothing between; then the template's newline
     assert fmt.tokenizer.decode(results) == (
         'response:forecast{value:<|"|>sunny<|"|>}<tool_response|><|tool_response>response:forecast{value:<|"|>rain'
@@ -238,7 +239,7 @@ def test_gpt_oss_calls_are_read_from_either_header_and_results_follow_the_call(t
     assert fmt.calls(fmt.tokenizer.encode(broken), schemas) == [ToolCall("forecast", None)]
     results = fmt.results([("forecast", "sunny")])
     tools = [{"role": "tool", "name": "forecast", "content": "sunny"}]
-    whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
+    whole = rendering(fmt, conversation + tools, generation_prompt=True)
     assert prompt + turn + results == whole
     assert fmt.tokenizer.decode(results) == (
         '<|start|>functions.forecast to=assistant<|channel|>commentary<|message|>"sunny"<|end|><|start|>assistant'
@@ -279,7 +280,7 @@ def test_lfm2_calls_are_read_between_its_markers_though_its_template_keeps_them_
     assert fmt.calls(fmt.tokenizer.encode(objects), []) == [ToolCall("forecast", {"days": 3})]
     results = fmt.results([("forecast", "sunny")])
     conversation = [*USER, {"role": "assistant", "content": said}, {"role": "tool", "content": "sunny"}]
-    whole = list(fmt.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, return_dict=False))
+    whole = rendering(fmt, conversation, generation_prompt=True)
     assert fmt.prompt(USER, []) + turn + results == whole
     assert fmt.calls(fmt.tokenizer.encode("It is sunny.") + [fmt.end_of_turn], []) == []
 
@@ -298,7 +299,7 @@ def test_olmo3_calls_are_read_one_a_line_and_results_follow_the_turn_the_model_e
     results = fmt.results([("forecast", "sunny")])
     conversation = [*USER, {**called("forecast", ARGUMENTS), "content": "Let me look."}]
     tools = [{"role": "tool", "name": "forecast", "content": "sunny"}]
-    whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
+    whole = rendering(fmt, conversation + tools, generation_prompt=True)
     one_call = fmt.tokenizer.encode(said.split("\n")[0] + "</function_calls>", add_special_tokens=False) + [end]
     assert fmt.prompt(USER, []) + one_call + results == whole
     assert fmt.tokenizer.decode(results) == "\n<|im_start|>environment\nsunny<|im_end|>\n<|im_start|>assistant\n"
@@ -314,9 +315,7 @@ def test_a_template_that_takes_arguments_as_json_text_is_read_and_its_results_jo
     turn = sampled_turn(fmt, [*USER, as_text])
     assert fmt.calls(turn, [tool_schema(forecast)]) == [ToolCall("forecast", {"days": 3})]
     tools = [{"role": "tool", "name": "forecast", "content": "sunny"}]
-    whole = list(
-        fmt.tokenizer.apply_chat_template([*USER, as_text, *tools], add_generation_prompt=True, return_dict=False)
-    )
+    whole = rendering(fmt, [*USER, as_text, *tools], generation_prompt=True)
     assert fmt.prompt(USER, []) + turn + fmt.results([("forecast", "sunny")]) == whole
     assert ChatTemplateFormat(byte_chat_tokenizer("qwen")).arguments({"x": 1}) == {"x": 1}  # most take the object
 
@@ -338,7 +337,7 @@ def test_deepseek_calls_are_read_in_both_forms_and_the_results_follow_the_turn(t
     as_text = {"id": CALL_ID, "type": "function", "function": {"name": "forecast", "arguments": call.split("｜>")[-1]}}
     conversation = [*USER, {"role": "assistant", "content": "Let me look.", "tool_calls": [as_text]}]
     tools = [{"role": "tool", "name": "forecast", "content": "sunny"}]
-    whole = list(fmt.tokenizer.apply_chat_template(conversation + tools, add_generation_prompt=True, return_dict=False))
+    whole = rendering(fmt, conversation + tools, generation_prompt=True)
     assert fmt.prompt(USER, []) + turn + results == whole
     assert fmt.tokenizer.decode(results) == "<｜tool▁output▁begin｜>sunny<｜tool▁output▁end｜>"
 
