@@ -43,7 +43,7 @@ from rl.rollout.tools import ToolCall
 
 Schemas = list[dict[str, Any]]
 PROBE = "tailor_probe"  # the tool the probe turn calls, with arguments {"x": 1}
-PROBE_CALL = {"id": "tailor001", "type": "function", "function": {"name": PROBE, "arguments": {"x": 1}}}
+PROBE_ID = "tailor001"  # the probe call's id: 9 letters and digits, as Mistral's templates require
 CALL_SYNTAXES = (  # what a refusal names
     "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Llama 4 (pythonic), "
     "Mistral, GLM-4.5+, Gemma 4, gpt-oss, DeepSeek V3/V3.1, LFM2 and Olmo 3 templates, and of any tokenizer with a "
@@ -358,10 +358,7 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
     if getattr(tokenizer, "response_template", None) is not None:
         prompt = tokenizer.apply_chat_template(user, add_generation_prompt=True, tokenize=False, **kwargs)
         return ResponseTemplate(tokenizer, prompt)
-    form = template_arguments(tokenizer, kwargs)
-    call = {**PROBE_CALL, "function": {"name": PROBE, "arguments": form({"x": 1})}}
-    probe = user + [{"role": "assistant", "content": "", "tool_calls": [call]}]
-    text = tokenizer.apply_chat_template(probe, tokenize=False, **kwargs)
+    text, _ = probe_rendering(tokenizer, kwargs)
     if f"<function={PROBE}>" in text:
         return XmlInTags()
     if re.search(rf"<tool_call>\s*\{{[^<]*\"{PROBE}\"", text):
@@ -394,15 +391,21 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
     raise UnknownCallSyntax(f"its chat template writes a call in a syntax Tailor does not read (...{shown}...)")
 
 
-def template_arguments(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> Callable[[dict], Any]:
-    """How the chat template takes an assistant's call's arguments: as an object (most templates), or, where it
-    cannot render one, as its JSON text (OpenAI's message form; DeepSeek's templates add it to a string)."""
-    probe = [{"role": "user", "content": "-"}, {"role": "assistant", "content": "", "tool_calls": [PROBE_CALL]}]
+def probe_rendering(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> tuple[str, Callable[[dict], Any]]:
+    """The chat template's rendering of an assistant turn that calls the probe tool, and the form the template takes
+    a call's arguments in: an object (most templates), or, where it cannot render one, its JSON text (OpenAI's
+    message form; DeepSeek's templates add it to a string). The template's error where it renders neither."""
+    kwargs = dict(template_kwargs or {})
+
+    def rendered(form: Callable[[dict], Any]) -> str:
+        call = {"id": PROBE_ID, "type": "function", "function": {"name": PROBE, "arguments": form({"x": 1})}}
+        probe = [{"role": "user", "content": "-"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+        return tokenizer.apply_chat_template(probe, tokenize=False, **kwargs)
+
     try:
-        tokenizer.apply_chat_template(probe, tokenize=False, **(template_kwargs or {}))
+        return rendered(_as_given), _as_given
     except Exception:  # the template's own error, whatever its kind
-        return json.dumps
-    return _as_given
+        return rendered(json.dumps), json.dumps
 
 
 def _as_given(arguments: dict) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from rl.rollout.tool_calls import CallReader, Schemas, call_reader, template_arguments
+from rl.rollout.tool_calls import CallReader, Schemas, call_reader, probe_rendering
 from rl.rollout.tools import ToolCall
 
 Messages = list[dict[str, Any]]
@@ -56,7 +56,7 @@ class ChatTemplateFormat:
         self.end_of_turn = tokenizer.eos_token_id
         self.turn_ends = frozenset({self.end_of_turn, *generation_eos(tokenizer)})
         self.reader: CallReader = call_reader(tokenizer, self.template_kwargs)
-        self.arguments = template_arguments(tokenizer, self.template_kwargs)  # an object, or JSON text
+        self.arguments = probe_rendering(tokenizer, self.template_kwargs)[1]  # a call's arguments: object or JSON text
 
     def prompt(self, messages: Messages, schemas: list[dict[str, Any]]) -> list[int]:
         return list(
