@@ -7,8 +7,8 @@ turn that calls a probe tool, and the way the call comes out picks the reader. A
 - ``JsonInTags``: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, several a turn (Qwen2.5, Qwen3,
   Hermes, ``builtin:calc-tiny``); ``arguments`` may be a JSON string.
 - ``XmlInTags``: ``<tool_call><function=NAME><parameter=KEY>VALUE</parameter>...</function></tool_call>``
-  (Qwen3.5, Qwen3.6, Qwen3-Coder), values as text, each typed by the tool's schema: text for a string argument,
-  else JSON (``7``, ``true``, ``[1, 2]``).
+  (Qwen3.5, Qwen3.6, Qwen3-Coder, Nemotron 3), values as text, each typed by the tool's schema: text for a string
+  argument, else JSON (``7``, ``true``, ``[1, 2]``).
 - ``BareJson``: the whole turn is ``{"name": ..., "parameters": {...}}``, several joined by ``;`` (Llama 3.1-3.3).
 - ``MistralList``: ``[TOOL_CALLS] [{"name": ..., "arguments": {...}, "id": ...}, ...]`` (Mistral 7B v0.3, Mistral
   Nemo, Mistral Small 3.0/3.1, Mixtral 8x22B); the ids are kept, for the results to name.
@@ -45,9 +45,9 @@ Schemas = list[dict[str, Any]]
 PROBE = "tailor_probe"  # the tool the probe turn calls, with arguments {"x": 1}
 PROBE_ID = "tailor001"  # the probe call's id: 9 letters and digits, as Mistral's templates require
 CALL_SYNTAXES = (  # what a refusal names
-    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder, Llama 3.1-3.3, Llama 4 (pythonic), "
-    "Mistral, GLM-4.5+, Gemma 4, gpt-oss, DeepSeek V3/V3.1, LFM2 and Olmo 3 templates, and of any tokenizer with a "
-    "response_template"
+    "Tailor reads the calls of Qwen2.5/Qwen3/Hermes, Qwen3.5/Qwen3.6/Qwen3-Coder/Nemotron 3, Llama 3.1-3.3, "
+    "Llama 4 (pythonic), Mistral, GLM-4.5+, Gemma 4, gpt-oss, DeepSeek V3/V3.1, LFM2 and Olmo 3 templates, and of any "
+    "tokenizer with a response_template"
 )
 TAGGED = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 XML_NAME = re.compile(r"<function=(?P<name>[^>\n]+)>")

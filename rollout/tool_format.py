@@ -86,20 +86,25 @@ class ChatTemplateFormat:
         calls: what follows the end-of-turn token that closes that turn (as many such tokens in as the conversation
         up to the turn renders), or, where the template writes none after the turn (GLM's), what follows the
         end-of-turn token that opens the results, on which the model stopped. Each call has the id the model gave
-        it, or a stand-in of Mistral's form (9 letters and digits), also where the template refuses the model's."""
+        it, or a stand-in of Mistral's form (9 letters and digits), also where the template refuses the model's;
+        where it refuses several calls in one turn (Llama 3.1's and 3.2's), the stand-in turn makes the first
+        alone, and every result follows it."""
         given = ids or [None] * len(results)
         stand_ins = [f"call{i:05d}" for i in range(len(results))]
-        try:
-            return self._results(results, [g or s for g, s in zip(given, stand_ins, strict=True)])
-        except Exception:  # the template refused an id the model wrote (Mistral's must be 9 letters and digits)
-            if given == stand_ins or not any(given):
-                raise
-            return self._results(results, stand_ins)
+        tries = [([g or s for g, s in zip(given, stand_ins, strict=True)], len(results))]
+        tries += [(stand_ins, len(results))] if any(given) and given != stand_ins else []
+        tries += [(stand_ins, 1)] if len(results) > 1 else []
+        for call_ids, calls in tries[:-1]:
+            try:
+                return self._results(results, call_ids, calls)
+            except Exception:  # the template's own error, whatever its kind: the next try
+                continue
+        return self._results(results, *tries[-1])
 
-    def _results(self, results: list[tuple[str, str]], ids: list[str]) -> list[int]:
+    def _results(self, results: list[tuple[str, str]], ids: list[str], calls: int) -> list[int]:
         called = [
             {"id": i, "type": "function", "function": {"name": name, "arguments": self.arguments({})}}
-            for i, (name, _) in zip(ids, results, strict=True)
+            for i, (name, _) in list(zip(ids, results, strict=True))[:calls]
         ]
         before = [{"role": "user", "content": "-"}, {"role": "assistant", "content": "", "tool_calls": called}]
         tools = [

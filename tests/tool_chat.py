@@ -4,6 +4,8 @@ model's alphabet can spell (for episodes on the real engine)."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 from rl.rollout.tools import ToolCall
@@ -310,6 +312,24 @@ def saved_chat_tokenizer(family: str, folder: Any) -> Any:
     extra = [tok.convert_tokens_to_ids(t) for t in GENERATION_EOS.get(family, [])]
     GenerationConfig(eos_token_id=[tok.eos_token_id, *extra]).save_pretrained(folder)
     return AutoTokenizer.from_pretrained(folder)
+
+
+def trl_chat_templates() -> Path | None:
+    """The folder of real models' chat templates that TRL ships (the originals it recognizes models by), None where
+    TRL (the ``peer`` extra) is not installed. Read in place: none is copied into Tailor."""
+    spec = importlib.util.find_spec("trl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(spec.submodule_search_locations[0]) / "chat_templates"
+    return folder if folder.is_dir() else None
+
+
+def real_chat_tokenizer(template: Path, family: str, folder: Any) -> Any:
+    """``saved_chat_tokenizer(family, folder)`` (the family's special tokens and generation config) rendering with
+    the chat template in the file ``template``, a real model's."""
+    tok = saved_chat_tokenizer(family, folder)
+    tok.chat_template = template.read_text()
+    return tok
 
 
 def byte_chat_tokenizer(family: str = "qwen") -> Any:
