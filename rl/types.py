@@ -9,8 +9,14 @@ Messages = list[dict[str, str]]
 THINK_END = "</think>"  # where a reasoning model's think block ends (Qwen3, DeepSeek-R1 and their distills)
 
 
+def decoded_message(text: str) -> dict[str, str]:
+    """A model's turn as TRL's ``GRPOTrainer`` passes a chat completion it does not parse (no tools, no
+    ``response_template``): the decoded text, a think block and all, as ``content``."""
+    return {"role": "assistant", "content": text}
+
+
 def assistant_message(text: str) -> dict[str, str]:
-    """A model's turn as the chat message rewards get, as TRL parses one: a think block (up to the first
+    """A model's turn as TRL's response parsing reads one (its tool episodes): a think block (up to the first
     ``</think>``, its ``<think>`` dropped) as ``reasoning_content``, the rest as ``content``; a text without one is
     all ``content``."""
     if THINK_END not in text:

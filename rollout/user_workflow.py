@@ -26,7 +26,7 @@ from rl.rollout.workflow import Episode, EpisodeTrace
 
 from rl.inputs.prompting import PromptEncoder
 from rl.rewards.pool import TRL_HOOKS
-from rl.types import PromptRow, Sample, assistant_message
+from rl.types import PromptRow, Sample, decoded_message
 
 RunFn = Callable[["EpisodeContext", dict[str, Any]], Awaitable[Any]]
 # the reward keyword arguments besides the row's columns, which a workflow's returned keys may not take
@@ -180,7 +180,7 @@ class UserWorkflow:
             text=text,
             loss_mask=trace.mask,
         )
-        completion = [assistant_message(text)] if isinstance(row.prompt, list) else text
+        completion = [decoded_message(text)] if isinstance(row.prompt, list) else text
         return Episode(episode.prompt_ids, sample, turns=trace.turns, messages=completion, extras=extras)
 
     def _extras(self, returned: Any, row: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from rl.rollout.group_runner import GroupResult, OnOutput, ScoreFn, group_result
 from rl.rollout.tools import ToolStats
 from rl.shaping.policy import GroupController
 
-from rl.types import PromptRow, Sample, assistant_message
+from rl.types import PromptRow, Sample, decoded_message
 
 T = TypeVar("T")
 
@@ -163,7 +163,7 @@ class SingleTurn:
             finish_reason=trace.end(turn.finish_reason or "abort"),
             text=self.decode(trace.ids),
         )
-        return Episode(prompt, sample, messages=[assistant_message(sample.text)])
+        return Episode(prompt, sample, messages=[decoded_message(sample.text)])
 
 
 async def run_episodes(

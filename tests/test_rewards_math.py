@@ -157,9 +157,9 @@ def test_a_tokenizer_with_a_response_template_shapes_chat_completions_as_it_pars
     said = encoder.completions(chat, [sample("<think>maybe 41?</think>It is \\boxed{42}.<|im_end|>")])
     assert said == [[{"role": "assistant", "thinking": "maybe 41?", "content": "It is \\boxed{42}."}]]
     assert math_accuracy([chat], said, ["42"]) == [1.0]
-    tok.response_template = None  # without one: the text, its think block apart
+    tok.response_template = None  # without one: the text, its think block and all, as TRL decodes it
     assert encoder.completions(chat, [sample("<think>maybe 41?</think>It is 42.<|im_end|>")]) == [
-        [{"role": "assistant", "content": "It is 42.", "reasoning_content": "maybe 41?"}]
+        [{"role": "assistant", "content": "<think>maybe 41?</think>It is 42."}]
     ]
     assert encoder.completions("6 * 7 =", [sample("42")]) == ["42"]  # text prompts as is
 
@@ -169,18 +169,22 @@ def test_overlong_penalty_rejects_bad_buffer() -> None:
         overlong_penalty(max_len=10, buffer_len=20)
 
 
-def test_a_reasoning_models_answer_is_scored_without_its_think_block() -> None:
-    """A chat completion reaches rewards as TRL parses a reasoning model's turn: the think block is
-    ``reasoning_content``, so a boxed guess inside it neither scores nor hides the answer after it."""
+def test_a_reasoning_models_completion_is_its_whole_text_and_is_scored_after_its_think_block() -> None:
+    """A chat completion reaches rewards as TRL's ``GRPOTrainer`` passes one it does not parse (no tools, no
+    ``response_template``): the decoded text, think block and all, as ``content``, so TRL's ``think_format_reward``
+    scores it; the built-in rewards score the answer after the block, so a boxed guess inside it neither scores nor
+    hides the answer."""
+    from trl.rewards import think_format_reward
+
     from rl.inputs.prompting import PromptEncoder
 
     chat = [{"role": "user", "content": "6 * 7?"}]
-    thought = PromptEncoder.completion(chat, "<think>\nmaybe \\boxed{41}?\n</think>\n\nIt is \\boxed{42}.")
-    assert thought == [
-        {"role": "assistant", "content": "It is \\boxed{42}.", "reasoning_content": "maybe \\boxed{41}?"}
-    ]
+    text = "<think>\nmaybe \\boxed{41}?\n</think>\n\nIt is \\boxed{42}."
+    thought = PromptEncoder.completion(chat, text)
+    assert thought == [{"role": "assistant", "content": text}]
     after_prefilled_think = PromptEncoder.completion(chat, "no, \\boxed{42}</think>The answer: \\boxed{41}")
-    assert after_prefilled_think[0]["reasoning_content"] == "no, \\boxed{42}"  # <think> was in the prompt
+    assert think_format_reward([thought, after_prefilled_think]) == [1.0, 0.0]  # <think> was in the prompt
     assert math_accuracy([chat] * 2, [thought, after_prefilled_think], ["42", "42"]) == [1.0, 0.0]
-    assert PromptEncoder.completion(chat, "It is 42.") == [{"role": "assistant", "content": "It is 42."}]
+    assert format_reward([chat], [PromptEncoder.completion(chat, "<think>\\boxed{42}</think>42")]) == [0.0]
     assert PromptEncoder.completion("6 * 7 =", "<think>x</think>42") == "<think>x</think>42"  # text prompts as is
+    assert math_accuracy(["6 * 7 ="], ["<think>\\boxed{41}</think>\\boxed{42}"], ["42"]) == [1.0]

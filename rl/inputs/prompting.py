@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rl.types import PromptRow, Sample, assistant_message
+from rl.types import PromptRow, Sample, decoded_message
 
 
 class PromptEncoder:
@@ -40,9 +40,9 @@ class PromptEncoder:
 
     @staticmethod
     def completion(prompt: str | list[dict[str, str]], text: str) -> str | list[dict[str, str]]:
-        """A string for text prompts, a one-message list for chat prompts (as TRL passes them, a think block apart:
-        ``assistant_message``)."""
-        return [assistant_message(text)] if isinstance(prompt, list) else text
+        """A string for text prompts, a one-message list for chat prompts, the text as its content (a think block
+        and all), as TRL passes them."""
+        return [decoded_message(text)] if isinstance(prompt, list) else text
 
     def completions(self, prompt: str | list[dict[str, str]], samples: list[Sample]) -> list[Any]:
         """What rewards get for ``samples`` of ``prompt``: ``completion`` of each one's text, or, for a chat prompt
@@ -61,8 +61,8 @@ class PromptEncoder:
         try:
             message = self.tokenizer.parse_response(text, prefix=prefix, tools=self.tools)
         except (ValueError, TypeError):
-            return assistant_message(sample.text)
-        return message if isinstance(message, dict) and "content" in message else assistant_message(sample.text)
+            return decoded_message(sample.text)
+        return message if isinstance(message, dict) and "content" in message else decoded_message(sample.text)
 
     @staticmethod
     def columns(rows: list[PromptRow], samples: list[Sample]) -> dict[str, list[Any]]:

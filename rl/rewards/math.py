@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from math_verify import parse, verify
 
+from rl.types import THINK_END
+
 _NUMBER = r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?|[+-]?\d+(?:\.\d+)?"
 _LEADING_NUMBER = re.compile(rf"\$?\s*({_NUMBER})\s*\$?\.?(?:\s|$)")
 _FINAL_MARKER = re.compile(r"####|answer\s*:", re.IGNORECASE)
@@ -25,10 +27,10 @@ _FORMATS = (
 
 
 def completion_text(completion: str | list[dict[str, str]]) -> str:
-    """The text of a completion given as a string or as chat messages (the last message's content)."""
-    if isinstance(completion, str):
-        return completion
-    return completion[-1]["content"] or ""
+    """The answer in a completion given as a string or as chat messages (the last message's content): what follows
+    a reasoning model's think block (up to the first ``</think>``), where the text has one."""
+    text = completion if isinstance(completion, str) else completion[-1]["content"] or ""
+    return text.partition(THINK_END)[2] if THINK_END in text else text
 
 
 def math_accuracy(prompts: list, completions: list, answer: list, **columns) -> list[float | None]:
