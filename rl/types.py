@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Messages = list[dict[str, str]]
-THINK_END = "</think>"  # where a reasoning model's think block ends (Qwen3, DeepSeek-R1 and their distills)
+THINK_START, THINK_END = "<think>", "</think>"  # a reasoning model's think block (Qwen3, DeepSeek-R1, distills)
 
 
 def decoded_message(text: str) -> dict[str, str]:
@@ -15,15 +15,23 @@ def decoded_message(text: str) -> dict[str, str]:
     return {"role": "assistant", "content": text}
 
 
-def assistant_message(text: str) -> dict[str, str]:
+def assistant_message(text: str, in_thought: bool = False) -> dict[str, str]:
     """A model's turn as TRL's response parsing reads one (its tool episodes): a think block (up to the first
-    ``</think>``, its ``<think>`` dropped) as ``reasoning_content``, the rest as ``content``; a text without one is
-    all ``content``."""
-    if THINK_END not in text:
-        return {"role": "assistant", "content": text}
-    reasoning, _, content = text.partition(THINK_END)
-    reasoning = reasoning.strip().removeprefix("<think>").strip()
-    return {"role": "assistant", "content": content.strip(), "reasoning_content": reasoning}
+    ``</think>``, its ``<think>`` dropped) as ``reasoning_content`` where it is not empty, the rest as ``content``; a
+    text without one is all ``content``, or, ``in_thought`` (what came before it opened a think block: Qwen3.5's
+    generation prompt), all ``reasoning_content``."""
+    if THINK_END in text:
+        reasoning, _, content = text.partition(THINK_END)
+        reasoning = reasoning.strip().removeprefix(THINK_START)
+    else:
+        reasoning, content = (text, "") if in_thought else ("", text)
+    message = {"role": "assistant", "content": content.strip()}
+    return message | ({"reasoning_content": reasoning.strip()} if reasoning.strip() else {})
+
+
+def opens_thought(text: str) -> bool:
+    """Whether ``text`` (a prompt's end) leaves a think block open: what follows it starts inside the thought."""
+    return text.rfind(THINK_START) > text.rfind(THINK_END)
 
 
 @dataclass

@@ -32,9 +32,10 @@ from rl.rollout.workflow import Episode, EpisodeTrace
 
 from rl.config import RunConfig
 from rl.rewards.environment import EnvironmentReward, owns_reward
-from rl.types import PromptRow, Sample, assistant_message
+from rl.types import PromptRow, Sample, assistant_message, opens_thought
 
 ENVIRONMENT_COLUMN = "environment"  # with named environments, the row's pick (TRL's control field; not given to reset)
+THOUGHT_OPENER = 8  # the ids before a turn read for a think block its header opened (Qwen3.5's `<think>\n`)
 Environments = dict[str | None, Callable[[], Any]]  # factories by name; the key None: one for every row
 
 
@@ -67,11 +68,12 @@ class ToolWorkflow:
         schemas = box.schemas()
         while True:
             budget = replace(sampling, max_tokens=sampling.max_tokens - len(trace.ids))
+            in_thought = opens_thought(self.format.decode((prompt + trace.ids)[-THOUGHT_OPENER:]))
             turn = await trace.sample(engine, prompt + trace.ids, budget)
             finish = turn.finish_reason or "abort"
             closed = finish == "stop" and bool(turn.tokens) and turn.tokens[-1] in self.format.turn_ends
             calls = self.format.calls(turn.tokens, schemas) if closed and not trace.stopped else []
-            said.append(self._said(turn.tokens, calls))
+            said.append(self._said(turn.tokens, calls, in_thought))
             if not calls or box.stats.calls + len(calls) > self.max_tool_calls:
                 break
             contents = await trace.unless_stopped(asyncio.gather(*map(box.call, calls)))
@@ -96,13 +98,14 @@ class ToolWorkflow:
         view = await ended(env, self.timeout_s)
         return Episode(prompt, sample, turns=trace.turns, tools=box.stats, environment=view, messages=said)
 
-    def _said(self, ids: list[int], calls: list[ToolCall]) -> dict[str, Any]:
+    def _said(self, ids: list[int], calls: list[ToolCall], in_thought: bool) -> dict[str, Any]:
         """A model turn as the rewards' message, as TRL parses one: its content (``prose``: without the calls, or a
-        reasoning channel the syntax marks), with its usable calls as ``tool_calls``; a turn whose calls are all
-        unusable is its whole text, broken calls included."""
+        reasoning channel the syntax marks; all reasoning where it never closes the think block its header opened),
+        with its usable calls as ``tool_calls``; a turn whose calls are all unusable is its whole text, broken calls
+        included."""
         if usable := [c.message() for c in calls if c.arguments is not None]:
-            return {**assistant_message(self.format.prose(ids)), "tool_calls": usable}
-        return assistant_message(self.format.decode(ids) if calls else self.format.prose(ids))
+            return {**assistant_message(self.format.prose(ids), in_thought), "tool_calls": usable}
+        return assistant_message(self.format.decode(ids) if calls else self.format.prose(ids), in_thought)
 
     def prompt(self, row: PromptRow) -> list[int]:
         """The ids an episode of ``row`` starts from, the tools' schemas included (an environment is reset first)."""

@@ -18,11 +18,13 @@ from rl.rollout.tool_calls import (
     call_reader,
 )
 from rl.rollout.tool_format import ChatTemplateFormat
+from rl.rollout.tool_workflow import ToolWorkflow
 from rl.rollout.tools import ToolCall, tool_schema
 from test_tool_call_syntax import ARGUMENTS, USER, called, forecast, rendering
+from test_tool_workflow import ScriptedEngine, run
 from tool_chat import byte_chat_tokenizer, real_chat_tokenizer, trl_chat_templates
 
-from rl.types import assistant_message
+from rl.types import PromptRow, assistant_message
 
 TEMPLATES = trl_chat_templates()
 pytestmark = pytest.mark.skipif(TEMPLATES is None, reason="TRL (the peer extra) is not installed: no real templates")
@@ -40,6 +42,10 @@ READ = {  # TRL's file name: (the family in tool_chat whose special tokens it ha
     "deepseekv3": ("deepseek", DeepSeekCalls),
     **dict.fromkeys(("lfm2_v2", "lfm2_2_5", "lfm2_2_5_v2", "lfm2_2_5_vl"), ("lfm2", PythonCalls)),
 }
+TOOLS = [  # two results of the call, with the stand-in ids of results given none
+    {"role": "tool", "name": "forecast", "content": c, "tool_call_id": f"call0000{i}"}
+    for i, c in enumerate(("sunny", "rain"))
+]
 NO_TOOLS = ("cohere", "cohere2", "phi3", "phi3_5", "gemma", "gemma3", "deepseek_r1_distill", "qwen2_5_vl")
 
 
@@ -49,14 +55,14 @@ def real_format(name: str, folder) -> ChatTemplateFormat:
 
 def call_turn(fmt: ChatTemplateFormat) -> tuple[list[dict], list[int]]:
     """A conversation whose assistant turn calls ``forecast``, and that turn's ids as the model samples them after
-    the prompt: the template's rendering past what it shares with the prompt (a prompt that opens a think block
-    the rendering closes at once, Qwen3.5's, leaves the close in the turn), up to the first token that ends a turn
-    (GLM's call ends on none: the model stops on the token that opens the results)."""
+    the prompt: the template's rendering (with two results after the turn) past what it shares with the prompt (a
+    prompt that opens a think block the rendering closes at once, Qwen3.5's, leaves the close in the turn), up to
+    the first token that ends a turn (GLM's and Gemma 4's: the one that opens the results)."""
     conversation = [*USER, called("forecast", fmt.arguments(ARGUMENTS))]
-    prompt, whole = fmt.prompt(USER, []), rendering(fmt, conversation)
+    prompt, whole = fmt.prompt(USER, []), rendering(fmt, conversation + TOOLS)
     shared = next((i for i, (a, b) in enumerate(zip(prompt, whole, strict=False)) if a != b), len(prompt))
     tail = whole[shared:]
-    return conversation, tail[: next((i + 1 for i, t in enumerate(tail) if t in fmt.turn_ends), len(tail))]
+    return conversation, tail[: next(i + 1 for i, t in enumerate(tail) if t in fmt.turn_ends)]
 
 
 @pytest.mark.parametrize("name", READ)
@@ -77,11 +83,7 @@ def test_two_results_are_what_the_real_template_renders_after_the_call(name, tmp
     fmt = real_format(name, tmp_path)
     conversation, _ = call_turn(fmt)
     results = fmt.results([("forecast", "sunny"), ("forecast", "rain")])
-    tools = [
-        {"role": "tool", "name": "forecast", "content": c, "tool_call_id": f"call0000{i}"}
-        for i, c in enumerate(("sunny", "rain"))
-    ]
-    whole = rendering(fmt, conversation + tools, generation_prompt=True)
+    whole = rendering(fmt, conversation + TOOLS, generation_prompt=True)
     assert whole[-len(results) :] == results
     shown = fmt.tokenizer.decode(results, skip_special_tokens=False)
     assert shown.index("sunny") < shown.index("rain")
@@ -93,3 +95,40 @@ def test_a_real_template_without_tool_calls_is_refused_by_name(name):
     tok.chat_template = (TEMPLATES / f"{name}.jinja").read_text()
     with pytest.raises(UnknownCallSyntax, match="drops an assistant's tool calls"):
         call_reader(tok)
+
+
+@pytest.mark.parametrize("name", [n for n in READ if n != "deepseekv3"])  # TRL parses no DeepSeek V3 turn
+def test_a_tool_episodes_messages_are_what_trl_parses_of_its_turns(name, tmp_path):
+    """The rewards' messages of an episode (a call, its results, an answer) are what TRL's ``parse_response`` reads
+    of each turn, with the response template TRL gives the model (``add_response_schema``), the ids before the turn
+    as its prefix and the tools to type arguments by: the same calls, content and reasoning, save the text of the
+    token that ended the turn, which TRL leaves in where it is not the tokenizer's EOS (GLM's ``<|observation|>``).
+    Where the header before the answer opens a think block (Qwen3.5's, Nemotron 3's), an answer that never closes
+    it is all reasoning, as TRL reads Qwen3.5's (Nemotron 3's it reads as content)."""
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    fmt = real_format(name, tmp_path)
+    add_response_schema(fmt.tokenizer)
+    _, call = call_turn(fmt)
+    stops = [fmt.tokenizer.decode([t], skip_special_tokens=False) for t in fmt.turn_ends]
+
+    def trl_reads(turn: list[int], prefix: list[int]) -> dict:
+        message = parse_response(fmt.tokenizer, turn, prefix=prefix, tools=[forecast])
+        for stop in stops:
+            message = {k: v.replace(stop, "") if isinstance(v, str) else v for k, v in message.items()}
+        return message
+
+    def messages(answer: str) -> tuple[list[dict], list[dict], bool]:
+        """Ours and TRL's of the call and answer turns, and whether the answer's header opened a thought."""
+        turns = [call, fmt.tokenizer.encode(answer, add_special_tokens=False) + [fmt.end_of_turn]]
+        engine = ScriptedEngine(turns)
+        said = run(ToolWorkflow(fmt, [forecast], None, 4, 1.0), engine, row=PromptRow("p", USER, "-")).messages
+        theirs = [trl_reads(t, p) for t, p in zip(turns, engine.prompts, strict=True)]
+        return [said[0], said[-1]], theirs, fmt.tokenizer.decode(engine.prompts[1]).rstrip().endswith("<think>")
+
+    ours, theirs, thinking = messages("It is sunny.")
+    assert ours[0] == theirs[0] and ours[0]["tool_calls"][0]["function"]["arguments"] == ARGUMENTS
+    if thinking:
+        assert ours[1] == {"role": "assistant", "content": "", "reasoning_content": "It is sunny."}
+        ours, theirs, _ = messages("Sunny, it says.</think>\n\nIt is sunny.")
+    assert ours[1] == theirs[1]
