@@ -1,8 +1,9 @@
 """The episode seam: a ``Workflow`` turns one prompt row into one trainable episode on an engine.
 
-``SingleTurn`` is the plain sampler as a workflow (one request, every token the model's); ``ToolWorkflow``
-(rollout/tool_workflow.py) runs a tool-calling conversation. Either way the episode is one token sequence after its
-prompt, with the sampler's log-prob and a loss-mask bit per token, ready for the trainer as a ``Sample``.
+``ToolWorkflow`` (rollout/tool_workflow.py) runs a tool-calling conversation, ``UserWorkflow``
+(rollout/user_workflow.py) a user's own episode; plain sampling needs none (one request a sample, in the group
+runner). Either way the episode is one token sequence after its prompt, with the sampler's log-prob and a loss-mask
+bit per token, ready for the trainer as a ``Sample``.
 
 An episode runs on an ``EpisodeTrace``, its live state: the group runner reads its generated tokens and stops it as it
 does a single request's, so a shaping controller keeps, stops and prunes episodes by the tokens their model sampled
@@ -22,7 +23,7 @@ from rl.rollout.group_runner import GroupResult, OnOutput, ScoreFn, group_result
 from rl.rollout.tools import ToolStats
 from rl.shaping.policy import GroupController
 
-from rl.types import PromptRow, Sample, decoded_message
+from rl.types import PromptRow, Sample
 
 T = TypeVar("T")
 
@@ -138,32 +139,6 @@ class Workflow(Protocol):
         self, engine: InferenceEngine, trace: EpisodeTrace, row: PromptRow, sampling: SamplingSpec
     ) -> Episode:
         """Run the episode on ``trace`` (each turn ``trace.sample``) to its end, or until ``trace`` is stopped."""
-
-
-class SingleTurn:
-    """One completion per episode: the prompt as ``encode`` gives it, one request."""
-
-    def __init__(self, encode: Callable[[Any], list[int]], decode: Callable[[list[int]], str]) -> None:
-        self.encode = encode
-        self.decode = decode
-
-    def prompt(self, row: PromptRow) -> list[int]:
-        return self.encode(row.prompt)
-
-    async def run(
-        self, engine: InferenceEngine, trace: EpisodeTrace, row: PromptRow, sampling: SamplingSpec
-    ) -> Episode:
-        prompt = self.prompt(row)
-        turn = await trace.sample(engine, prompt, sampling)
-        sample = Sample(
-            index=trace.index,
-            tokens=trace.ids,
-            logprobs=trace.logprobs,
-            versions=trace.versions,
-            finish_reason=trace.end(turn.finish_reason or "abort"),
-            text=self.decode(trace.ids),
-        )
-        return Episode(prompt, sample, messages=[decoded_message(sample.text)])
 
 
 async def run_episodes(

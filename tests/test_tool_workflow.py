@@ -10,7 +10,7 @@ from rl.rollout.engine import RequestTrace, SamplingSpec
 from rl.rollout.tool_format import ChatTemplateFormat
 from rl.rollout.tool_workflow import ToolWorkflow
 from rl.rollout.tools import ToolBox, ToolCall, ToolStats, load_environment, load_tool
-from rl.rollout.workflow import Episode, EpisodeTrace, SingleTurn, run_episodes
+from rl.rollout.workflow import Episode, EpisodeTrace, run_episodes
 from rl.shaping.plain import PlainController
 from rl.shaping.policy import GroupPlan
 from rl.trainer.batching import collate
@@ -325,18 +325,6 @@ def test_environment_is_reset_with_the_row_and_its_methods_are_tools(fmt):
     assert episode.messages[1]["content"] == "12"
     prompt_text = fmt.tokenizer.decode(engine.prompts[0])
     assert "2+3? (start from the answer)" in prompt_text and '"name": "add"' in prompt_text
-
-
-def test_single_turn_is_one_request_with_every_token_the_models(fmt):
-    turn = ids(fmt, f"Let me add. {CALL}") + [fmt.end_of_turn]
-    engine = ScriptedEngine([turn, [7]])
-    row = PromptRow("p", "2+3=", "5")
-    single = SingleTurn(lambda p: ids(fmt, p), fmt.decode)
-    episode = asyncio.run(single.run(engine, EpisodeTrace("e", index=4), row, SamplingSpec(400)))
-    assert engine.prompts == [ids(fmt, "2+3=")] and episode.prompt_tokens == ids(fmt, "2+3=")
-    assert episode.sample.tokens == turn and episode.sample.index == 4 and episode.sample.loss_mask is None
-    assert episode.turns == 1 and episode.tools.calls == 0 and episode.generated_tokens == len(turn)
-    assert episode.messages == [{"role": "assistant", "content": f"Let me add. {CALL}"}]
 
 
 class Canned:
