@@ -69,11 +69,6 @@ def row_length(row: Row) -> int:
     return len(row[0]) + len(row[1])
 
 
-def padded_tokens(batches: list[TokenBatch]) -> int:
-    """Token positions the policy computes for ``batches``, padding included."""
-    return sum(b.input_ids.numel() for b in batches)
-
-
 def collate(rows: list[Row], pad_id: int) -> TokenBatch:
     """Right-pad rows into a ``TokenBatch``; a row's loss mask zeroes ``response_mask`` at the tokens it excludes
     (a tool's result inside a multi-turn episode), so they are context for the policy but never a loss term."""

@@ -25,17 +25,6 @@ import numpy as np
 ESTIMATORS: tuple[str, ...] = ("grpo", "drgrpo", "rloo", "reinforce++", "reinforce++-baseline", "grpo-batch", "gdpo")
 
 
-def group_advantages(rewards: list[float], normalize_std: bool = True, eps: float = 1e-6) -> list[float]:
-    """``(r - mean(r)) / (std(r) + eps)``; all zeros when every reward in the group is equal."""
-    r = np.asarray(rewards, dtype=np.float64)
-    if r.size == 0:
-        return []
-    centered = _centered(r)
-    if normalize_std:
-        centered = centered / (r.std() + eps)
-    return centered.tolist()
-
-
 def is_group_local(estimator: str) -> bool:
     """True when a group's advantages depend only on that group's rewards (not on the rest of the batch)."""
     _check(estimator)
