@@ -83,7 +83,9 @@ class DataConfig(Strict):
 
 class RewardFn(Strict):
     fn: str | None = Field(
-        default=None, description="builtin name, path/to/file.py:function or package.module:function"
+        default=None,
+        description="builtin name, path/to/file.py:function or package.module:function, or either called with "
+        "Python literals to make the reward, as TRL's factories: trl.rewards:get_soft_overlong_punishment(512, 128)",
     )
     model: str | None = Field(
         default=None,

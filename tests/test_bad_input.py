@@ -173,6 +173,11 @@ CASES = [
     ("missing_reward_function", lambda t: ["reward.functions.0.fn=rl.rewards.math:nope"], "has no attribute 'nope'"),
     ("unknown_reward_module", lambda t: ["reward.functions.0.fn=no_such_pkg.mod:r"], "cannot import module"),
     (
+        "reward_factory_refuses_its_arguments",
+        lambda t: ["reward.functions.0.fn=trl.rewards:get_soft_overlong_punishment(size=9)"],
+        "the call failed: TypeError: get_soft_overlong_punishment() got an unexpected keyword argument 'size'",
+    ),
+    (
         "reward_wrong_arguments",
         lambda t: _bad_reward(t, "def r(completions, solution):\n    return [1.0] * len(completions)\n"),
         "unexpected keyword argument 'prompts' (a reward gets the keyword arguments prompts, completions, answer",

@@ -95,11 +95,15 @@ def length_schedule(completions, trainer_state, log_metric, log_extra, **kwargs)
 def test_trainer_state_logs_and_a_reward_model_through_a_real_run(
     ray_session, rollout_worker, tiny_reward_model, tmp_path
 ):
-    """A schedule on trainer_state.global_step, its log_metric / log_extra values and a reward model by path, in
-    one synchronous run (groups of step s are scored at trainer step s - 1): metrics.jsonl, completions.jsonl and
-    rl report show them."""
+    """A schedule on trainer_state.global_step, its log_metric / log_extra values, a reward model by path and TRL's
+    soft overlong penalty made by its factory, in one synchronous run (groups of step s are scored at trainer step
+    s - 1): metrics.jsonl, completions.jsonl and rl report show them."""
     (tmp_path / "schedule.py").write_text(SCHEDULE)
-    rewards = f"[{{fn: {tmp_path / 'schedule.py'}:length_schedule}}, {{model: {tiny_reward_model}, weight: 0.5}}]"
+    overlong = "trl.rewards:get_soft_overlong_punishment(max_completion_len=6, soft_punish_cache=6)"  # -n/6 for n
+    rewards = (
+        f"[{{fn: {tmp_path / 'schedule.py'}:length_schedule}}, {{model: {tiny_reward_model}, weight: 0.5}}, "
+        f"{{fn: '{overlong}'}}]"
+    )
     cfg = small_run(
         tmp_path,
         "run",
@@ -122,7 +126,10 @@ def test_trainer_state_logs_and_a_reward_model_through_a_real_run(
         target = 4 + 8 * (r["step"] - 1)  # the schedule moved with the step
         assert r["extra"] == {"target": target}
         assert r["rewards"][schedule] == pytest.approx(-abs(len(r["completion"]) - target) / 10)
-        assert r["reward"] == pytest.approx(r["rewards"][schedule] + 0.5 * r["rewards"][model])
+        assert -1.0 <= r["rewards"]["get_soft_overlong_punishment"] < 0  # every completion has a token
+        assert r["reward"] == pytest.approx(
+            r["rewards"][schedule] + 0.5 * r["rewards"][model] + r["rewards"]["get_soft_overlong_punishment"]
+        )
     assert len({r["rewards"][model] for r in rows}) > 1  # the reward model scored each completion
     report = write_report(run_dir).read_text()
     assert "| reward/global_step (last) | 2.000 (step 3) |" in report and "plots/reward_logged.png" in report

@@ -69,6 +69,28 @@ def test_load_overlong_builtin() -> None:
     assert fn(prompts=[""] * 2, completions=["", ""], completion_length=[50, 90]) == [0.0, -0.5]
 
 
+def test_a_called_spec_is_the_reward_its_call_makes_as_trls_factories_are_used(tmp_path: Path) -> None:
+    """``module:factory(literals)`` is what TRL users put in ``reward_funcs``: TRL's own soft overlong penalty, made
+    with positional and keyword arguments, scores as TRL's formula says; a file's factory works alike; the logs
+    name it by the factory."""
+    from rl.output.completions import reward_names
+
+    overlong = "trl.rewards:get_soft_overlong_punishment(20, soft_punish_cache=10)"
+    penalty = load_reward_fn(overlong)
+    lengths = [5, 10, 15, 20, 21]  # 0 up to 20 - 10 tokens, then down to -1 at 20
+    assert penalty(completions=[""] * 5, completion_ids=[[0] * n for n in lengths]) == [0.0, 0.0, -0.5, -1.0, -1.0]
+    _write(
+        tmp_path / "scaled.py",
+        "def scaled(by, names=('x',)):\n    return lambda completions, **kw: [by] * len(completions)\n",
+    )
+    made = load_reward_fn("scaled.py:scaled(0.5, names=['a', 'b'])", base_dir=tmp_path)
+    assert made(prompts=["p"], completions=["c"]) == [0.5]
+    assert reward_names([overlong, "arith_exact"]) == {
+        overlong: "get_soft_overlong_punishment",
+        "arith_exact": "arith_exact",
+    }
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -81,6 +103,12 @@ def test_load_overlong_builtin() -> None:
         ("just_a_name", r"'just_a_name'.*expected 'path/to/file.py:function'.*arith_exact"),
         ("file.py:", r"'file.py:'.*expected"),
         ("overlong(10, 20)", r"'overlong\(10, 20\)'.*buffer_len"),
+        ("trl.rewards:get_soft_overlong_punishment(cap)", r"argument 'cap' is not a Python literal"),
+        ("trl.rewards:get_soft_overlong_punishment(**{'a': 1})", r"give the arguments as literals"),
+        ("trl.rewards:get_soft_overlong_punishment(1, 2", r"has no attribute"),
+        ("trl.rewards:get_soft_overlong_punishment(size=9)", r"the call failed: TypeError: .*unexpected keyword"),
+        ("my_rewards.py:LIMIT()", r"'LIMIT'.*is not callable \(int\)"),
+        ("math:floor(2.5)", r"the call returned int 2, not a function"),
     ],
 )
 def test_load_errors_name_spec_and_problem(tmp_path: Path, spec: str, message: str) -> None:

@@ -1,8 +1,9 @@
-"""Resolve a reward spec (``file.py:function``, ``package.module:function``, built-in name, or a reward model's
-``RewardModelSpec``) to a callable."""
+"""Resolve a reward spec (``file.py:function``, ``package.module:function``, either called with literal arguments
+to make the reward, built-in name, or a reward model's ``RewardModelSpec``) to a callable."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import re
@@ -22,6 +23,7 @@ BUILTINS: dict[str, str] = {
     "environment": "rl.rewards.environment:environment_reward",  # rollout.environment's get_reward()
 }
 _OVERLONG = re.compile(r"overlong\(\s*(\d+)\s*,\s*(\d+)\s*\)")
+_CALLED = re.compile(r"(?P<target>[^()]+:[\w.]+)\((?P<arguments>.*)\)", re.DOTALL)  # module:factory(arguments)
 
 RewardSpec = str | RewardModelSpec  # what a reward pool is given, one per weighted reward
 
@@ -32,12 +34,20 @@ def overlong_lengths(spec: str) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
+def called_target(spec: str) -> str:
+    """The function a spec names, without the arguments a called spec makes its reward with."""
+    called = _CALLED.fullmatch(spec.strip())
+    return called.group("target").strip() if called else spec.strip()
+
+
 def load_reward_fn(spec: RewardSpec, base_dir: str | Path | None = None) -> Callable:
     """Return the reward function named by ``spec``.
 
     ``spec`` is a ``RewardModelSpec`` (the model is loaded here), a built-in short name (see ``BUILTINS``),
     ``overlong(MAX_LEN,BUFFER_LEN)`` (DAPO's soft overlong penalty), ``path/to/file.py:function`` (a relative path
-    is resolved against ``base_dir``, default the current directory) or ``package.module:function``.
+    is resolved against ``base_dir``, default the current directory) or ``package.module:function``; either of the
+    last two called with Python literals, ``trl.rewards:get_soft_overlong_punishment(max_completion_len=512,
+    soft_punish_cache=128)``, is the reward that call returns, as TRL's reward factories are used.
     Raises ``ValueError`` naming the spec and what is wrong.
     """
     if isinstance(spec, RewardModelSpec):
@@ -56,7 +66,8 @@ def load_reward_fn(spec: RewardSpec, base_dir: str | Path | None = None) -> Call
             return overlong_penalty(*overlong)
         except ValueError as e:
             raise ValueError(f"reward spec {spec!r}: {e}") from e
-    target = BUILTINS.get(spec, spec)
+    called = _CALLED.fullmatch(spec)
+    target = called.group("target").strip() if called else BUILTINS.get(spec, spec)
     source, sep, attr = target.rpartition(":")
     if not sep or not source or not attr:
         raise ValueError(
@@ -86,7 +97,35 @@ def load_reward_fn(spec: RewardSpec, base_dir: str | Path | None = None) -> Call
         raise ValueError(f"reward spec {spec!r}: {where} has no attribute {attr!r}")
     if not callable(fn):
         raise ValueError(f"reward spec {spec!r}: {attr!r} in {where} is not callable ({type(fn).__name__})")
-    return fn
+    return _made(spec, fn, called.group("arguments")) if called else fn
+
+
+def _made(spec: str, factory: Callable, arguments: str) -> Callable:
+    """The reward ``factory`` returns when called with ``arguments`` (Python literals, by position or keyword)."""
+    try:
+        call = ast.parse(f"f({arguments})", mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"reward spec {spec!r}: its arguments are not Python syntax") from None
+    nodes = [*getattr(call, "args", []), *(k.value for k in getattr(call, "keywords", []))]
+    for node in nodes:
+        try:
+            ast.literal_eval(node)
+        except ValueError:
+            raise ValueError(
+                f"reward spec {spec!r}: argument {ast.unparse(node)!r} is not a Python literal (a number, string, "
+                "list, dict, True, False or None)"
+            ) from None
+    if not isinstance(call, ast.Call) or any(k.arg is None for k in call.keywords):
+        raise ValueError(f"reward spec {spec!r}: give the arguments as literals, by position or name")
+    try:
+        made = factory(*map(ast.literal_eval, call.args), **{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+    except Terminated:
+        raise
+    except Exception as e:
+        raise ValueError(f"reward spec {spec!r}: the call failed: {type(e).__name__}: {e}") from None
+    if not callable(made):
+        raise ValueError(f"reward spec {spec!r}: the call returned {type(made).__name__} {made!r:.40}, not a function")
+    return made
 
 
 def _import_file(spec: str, path: Path):
