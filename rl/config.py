@@ -1179,6 +1179,7 @@ TRL_NAMES = {
     "ref_model_mixup_alpha": "algorithm.ref_sync_mix",
     "entropy_coef": "algorithm.entropy_coef",
     "use_adaptive_entropy": "algorithm.entropy_target (the adaptive control's target entropy)",
+    "entropy_target": "algorithm.entropy_target",
     "entropy_coef_delta": "algorithm.entropy_coef_delta",
     "entropy_coef_max": "algorithm.entropy_coef_max",
     "top_entropy_quantile": "algorithm.top_entropy_quantile",
@@ -1188,7 +1189,9 @@ TRL_NAMES = {
     "off_policy_mask_threshold": "algorithm.off_policy_mask",
     "vllm_importance_sampling_correction": "algorithm.correction (with algorithm.decoupled=true; TRL's default "
     "sequence_mask is mis-seq)",
+    "vllm_importance_sampling_mode": "algorithm.correction (token_truncate: tis-token, sequence_mask: mis-seq, ...)",
     "vllm_importance_sampling_cap": "algorithm.correction_cap",
+    "vllm_importance_sampling_clip_max": "algorithm.correction_cap",
     "loss_type": "algorithm.agg (and algorithm.advantage=drgrpo for dr_grpo; cispo and sapo: algorithm.loss, "
     "cispo's cap epsilon_high being 1 + algorithm.clip_high; vespo: algorithm.loss)",
     "importance_sampling_level": "algorithm.loss (gspo: sequence level)",
@@ -1213,6 +1216,8 @@ TRL_NAMES = {
     "repetition_penalty": "rollout.repetition_penalty",
     "gradient_checkpointing": "train.gradient_checkpointing",
     "vllm_enable_sleep_mode": "rollout.sleep_while_training",
+    "vllm_gpu_memory_utilization": "rollout.gpu_memory_utilization",
+    "vllm_max_model_length": "rollout.max_model_len",
     "chat_template_kwargs": "data.chat_template_kwargs",
     "max_tool_calling_iterations": "rollout.max_tool_calls",
     "generation_kwargs": "rollout.stop for its stop strings; its sampling keys are rollout's (temperature, top_p, "

@@ -24,3 +24,25 @@ def test_page_has_every_key_and_description_of_help_config():
         assert f"**`{item.key}`**" in page
         first_words = item.description.split("*")[0].split("<")[0].split("\\")[0]
         assert first_words in page, item.key
+
+
+def test_each_trl_name_is_trls_and_points_at_keys_that_exist():
+    """``TRL_NAMES`` answers a TRL argument typed as a key: each is an argument of TRL's ``GRPOConfig``,
+    ``ScriptArguments``, ``ModelConfig`` or ``GRPOTrainer`` (two of older TRL releases apart), and every key its
+    answer names is one of ours."""
+    import dataclasses
+    import inspect
+    import re
+
+    import pytest
+
+    trl = pytest.importorskip("trl")
+    from rl.config import TRL_NAMES
+
+    theirs = {f.name for c in (trl.GRPOConfig, trl.ScriptArguments, trl.ModelConfig) for f in dataclasses.fields(c)}
+    theirs |= set(inspect.signature(trl.GRPOTrainer.__init__).parameters)
+    assert sorted(set(TRL_NAMES) - theirs) == ["max_prompt_length", "warmup_ratio"]  # in TRL before 1.0
+    ours = {item.key.replace("[]", ".N") for item in config_keys()}
+    for name, answer in TRL_NAMES.items():
+        named = re.findall(r"\b[a-z_]+(?:\.[a-zN_]+)+\b", answer)
+        assert named and set(named) <= ours, (name, answer)
