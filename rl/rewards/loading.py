@@ -10,6 +10,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rl.loop.processes import Terminated
 from rl.rewards.model import RewardModel, RewardModelSpec
@@ -106,19 +107,12 @@ def _made(spec: str, factory: Callable, arguments: str) -> Callable:
         call = ast.parse(f"f({arguments})", mode="eval").body
     except SyntaxError:
         raise ValueError(f"reward spec {spec!r}: its arguments are not Python syntax") from None
-    nodes = [*getattr(call, "args", []), *(k.value for k in getattr(call, "keywords", []))]
-    for node in nodes:
-        try:
-            ast.literal_eval(node)
-        except ValueError:
-            raise ValueError(
-                f"reward spec {spec!r}: argument {ast.unparse(node)!r} is not a Python literal (a number, string, "
-                "list, dict, True, False or None)"
-            ) from None
     if not isinstance(call, ast.Call) or any(k.arg is None for k in call.keywords):
         raise ValueError(f"reward spec {spec!r}: give the arguments as literals, by position or name")
+    args = [_literal(spec, node) for node in call.args]
+    kwargs = {str(k.arg): _literal(spec, k.value) for k in call.keywords}
     try:
-        made = factory(*map(ast.literal_eval, call.args), **{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+        made = factory(*args, **kwargs)
     except Terminated:
         raise
     except Exception as e:
@@ -126,6 +120,16 @@ def _made(spec: str, factory: Callable, arguments: str) -> Callable:
     if not callable(made):
         raise ValueError(f"reward spec {spec!r}: the call returned {type(made).__name__} {made!r:.40}, not a function")
     return made
+
+
+def _literal(spec: str, node: ast.expr) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise ValueError(
+            f"reward spec {spec!r}: argument {ast.unparse(node)!r} is not a Python literal (a number, string, list, "
+            "dict, True, False or None)"
+        ) from None
 
 
 def _import_file(spec: str, path: Path):
