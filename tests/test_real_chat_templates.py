@@ -1,8 +1,9 @@
 """Tool calls through the chat templates real models ship, as TRL stores them (``trl/chat_templates``: the
 originals TRL recognizes models by, read in place from the installed ``peer`` extra): each picks its reader, the
 call a model writes in its syntax is read back typed, and two results are the tokens the template renders after the
-model's turn; a template with no tool calling is refused by name. The special tokens are the family's from
-``tool_chat`` over a byte vocabulary, since no model's vocabulary is reachable offline."""
+model's turn; an episode's messages are what TRL's own ``parse_response`` reads of its turns; a template with no
+tool calling is refused by name. The special tokens are the family's from ``tool_chat`` over a byte vocabulary,
+since no model's vocabulary is reachable offline."""
 
 import pytest
 from rl.rollout.tool_calls import (
