@@ -233,6 +233,13 @@ CASES = [
         "it needs 'solution', which the data has no column for; give data with it or drop the reward",
     ),
     (
+        "reward_whose_own_helper_misses_an_argument",  # its TypeError, not a column the data lacks
+        lambda t: _bad_reward(
+            t, "def f(x):\n    return x\ndef r(completions, **kw):\n    return [f()] * len(completions)\n"
+        ),
+        "TypeError: f() missing 1 required positional argument: 'x' (a reward gets the keyword arguments",
+    ),
+    (
         "corrupt_safetensors",
         lambda t: [f"model.path={_model(t, CORRUPT_WEIGHTS)}"],
         "model.safetensors is not a readable safetensors file (header length 18446744073709551615 exceeds the file's "

@@ -680,6 +680,16 @@ def required_beyond(fn: Callable[..., Any], given: set[str]) -> list[str]:
     return [p.name for p in parameters if p.kind in named and p.default is p.empty and p.name not in given]
 
 
+def takes_any_keyword(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes ``**kwargs`` (as TRL's rewards do, since every column is passed to every reward); False
+    where its signature cannot be read."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or an extension's callable
+        return False
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 def check_reward(
     name: str,
     fn: Callable[..., Any],
@@ -695,6 +705,14 @@ def check_reward(
     is found here, not at the first step.
 
     A reward that exits (``sys.exit``, or ``os._exit`` from the calling thread) is reported as one that raises."""
+    where = f"reward {name!r} on row {row.prompt_id}"
+    given = reward_arguments(row, extra_columns or {})
+    arguments = ", ".join(given)
+    if takes_any_keyword(fn) and (needs := required_beyond(fn, set(given))):  # a column the data lacks
+        raise BadInput(
+            f"{where}: it needs {' and '.join(map(repr, needs))}, which the data has no column for; give data with it "
+            f"or drop the reward (a reward gets the keyword arguments {arguments})"
+        )
     sample = Sample(index=0, tokens=encoder.encode(row.answer), logprobs=[], versions=[], finish_reason="stop")
     n = PREFLIGHT_GROUP
     columns = PromptEncoder.columns([row] * n, [sample] * n)
@@ -718,19 +736,12 @@ def check_reward(
         call.join(timeout_s)
     finally:
         os._exit = real_exit
-    where = f"reward {name!r} on row {row.prompt_id}"
     if call.is_alive():
         raise BadInput(f"{where}: no result within reward.timeout_s ({timeout_s:g} s)")
     if "exited" in outcome:
         raise BadInput(f"{where}: it exited ({outcome['exited']}); a reward returns a list of floats, it does not exit")
     if "error" in outcome:
-        error = outcome["error"]
-        if missing := _MISSING_ARGUMENTS.search(error):  # a column the reward needs and the data lacks
-            error = (
-                f"it needs {missing.group(1)}, which the data has no column for; give data with it or drop the reward"
-            )
-        arguments = ", ".join(reward_arguments(row, extra_columns or {}))
-        raise BadInput(f"{where}: {error} (a reward gets the keyword arguments {arguments})")
+        raise BadInput(f"{where}: {outcome['error']} (a reward gets the keyword arguments {arguments})")
     if "bad_output" in outcome:
         raise BadInput(f"{where}: {outcome['bad_output']}")
     if len(outcome["values"]) != n:
@@ -741,9 +752,6 @@ def check_reward(
 
 
 PREFLIGHT_GROUP = 2  # the samples of the preflight call
-
-
-_MISSING_ARGUMENTS = re.compile(r"^TypeError: \S+\(\) missing \d+ required (?:\S+ )?arguments?: (.+)$")
 
 
 class _Exited(SystemExit):
