@@ -225,6 +225,12 @@ class RolloutConfig(Strict):
     tool_timeout_s: float = Field(
         default=30.0, gt=0, description="per tool call; a call past it returns an error message to the model"
     )
+    tool_parser: str | None = Field(
+        default=None,
+        description="read the model's tool calls with vLLM's tool parser of this name (vllm serve's "
+        "--tool-call-parser: kimi_k2, minimax_m2, granite4, ...), for a syntax Tailor's own readers do not read; "
+        "None: the reader the chat template's rendering of a call picks",
+    )
     workflow: str | None = Field(
         default=None,
         description="your own episode logic ('file.py:fn' or 'module:Cls'): an async run(episode, row) that samples "

@@ -391,14 +391,17 @@ def call_reader(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -
     raise UnknownCallSyntax(f"its chat template writes a call in a syntax Tailor does not read (...{shown}...)")
 
 
-def probe_rendering(tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> tuple[str, Callable[[dict], Any]]:
-    """The chat template's rendering of an assistant turn that calls the probe tool, and the form the template takes
-    a call's arguments in: an object (most templates), or, where it cannot render one, its JSON text (OpenAI's
-    message form; DeepSeek's templates add it to a string). The template's error where it renders neither."""
+def probe_rendering(
+    tokenizer: Any, template_kwargs: dict[str, Any] | None = None, call_id: str = PROBE_ID
+) -> tuple[str, Callable[[dict], Any]]:
+    """The chat template's rendering of an assistant turn that calls the probe tool (the call's id ``call_id``), and
+    the form the template takes a call's arguments in: an object (most templates), or, where it cannot render one,
+    its JSON text (OpenAI's message form; DeepSeek's templates add it to a string). The template's error where it
+    renders neither."""
     kwargs = dict(template_kwargs or {})
 
     def rendered(form: Callable[[dict], Any]) -> str:
-        call = {"id": PROBE_ID, "type": "function", "function": {"name": PROBE, "arguments": form({"x": 1})}}
+        call = {"id": call_id, "type": "function", "function": {"name": PROBE, "arguments": form({"x": 1})}}
         probe = [{"role": "user", "content": "-"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
         return tokenizer.apply_chat_template(probe, tokenize=False, **kwargs)
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from rl.rollout.tool_calls import CallReader, Schemas, call_reader, probe_rendering
 from rl.rollout.tools import ToolCall
+from rl.rollout.vllm_tool_parser import VllmToolParser
 
 Messages = list[dict[str, Any]]
 
@@ -46,16 +47,21 @@ class ToolFormat(Protocol):
 
 class ChatTemplateFormat:
     """Prompts and results through the tokenizer's chat template, calls in the syntax it writes them
-    (``UnknownCallSyntax`` for one no reader reads). A turn ends on the tokenizer's EOS or on any end-of-sequence id
+    (``UnknownCallSyntax`` for one no reader reads), or read by vLLM's ``tool_parser`` of that name (``ValueError``
+    for a name vLLM has none under). A turn ends on the tokenizer's EOS or on any end-of-sequence id
     of the model's generation config (vLLM stops on those too: Gemma's ``<end_of_turn>``, Llama 3.1's
     ``<|eom_id|>``)."""
 
-    def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None, tool_parser: str | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs
         self.end_of_turn = tokenizer.eos_token_id
         self.turn_ends = frozenset({self.end_of_turn, *generation_eos(tokenizer)})
-        self.reader: CallReader = call_reader(tokenizer, self.template_kwargs)
+        self.reader: CallReader = (
+            VllmToolParser(tool_parser, tokenizer) if tool_parser else call_reader(tokenizer, self.template_kwargs)
+        )
         self.arguments = probe_rendering(tokenizer, self.template_kwargs)[1]  # a call's arguments: object or JSON text
 
     def prompt(self, messages: Messages, schemas: list[dict[str, Any]]) -> list[int]:

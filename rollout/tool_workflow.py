@@ -134,6 +134,7 @@ class ToolSettings:
     timeout_s: float
     base_dir: str  # relative file specs are resolved against it
     template_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)  # data.chat_template_kwargs
+    tool_parser: str | None = None  # rollout.tool_parser: vLLM's parser of that name reads the calls
 
     @staticmethod
     def of(cfg: RunConfig) -> ToolSettings | None:
@@ -143,7 +144,7 @@ class ToolSettings:
         if not r.tools and r.environment is None:
             return None
         env = tuple(sorted(r.environment.items())) if isinstance(r.environment, dict) else r.environment
-        return ToolSettings(tuple(r.tools), env, r.max_tool_calls, r.tool_timeout_s, os.getcwd(), kwargs)
+        return ToolSettings(tuple(r.tools), env, r.max_tool_calls, r.tool_timeout_s, os.getcwd(), kwargs, r.tool_parser)
 
     def specs(self) -> dict[str | None, str]:
         """The environment specs by name (the key None: the one environment of every row)."""
@@ -158,9 +159,10 @@ class ToolSettings:
         return tools, {name: load_environment(spec, self.base_dir) for name, spec in self.specs().items()}
 
     def build(self, tokenizer: Any) -> ToolWorkflow:
-        """The workflow, through ``tokenizer``'s chat template, its calls read in the syntax the template writes."""
+        """The workflow, through ``tokenizer``'s chat template, its calls read in the syntax the template writes (or
+        by vLLM's ``tool_parser``)."""
         tools, environments = self.load()
-        fmt = ChatTemplateFormat(tokenizer, self.template_kwargs)
+        fmt = ChatTemplateFormat(tokenizer, self.template_kwargs, self.tool_parser)
         return ToolWorkflow(fmt, tools, environments, self.max_tool_calls, self.timeout_s)
 
 

@@ -77,3 +77,28 @@ def test_a_real_tool_call_is_parsed_and_its_result_comes_back_token_for_token(ca
     assert all(lp == 0.0 for lp in s.logprobs[end + 1 : end + 1 + len(back)])
     assert episode.messages[1] == {"role": "tool", "name": "add", "content": result}
     assert episode.turns == 2 and 1 in s.loss_mask[end + 1 + len(back) :]  # the model answered after the result
+
+
+def test_vllms_hermes_parser_reads_the_models_calls_in_the_rollout_worker(calc_worker, calc_model_dir):
+    """``rollout.tool_parser=hermes``: the rollout worker reads the real model's calls with vLLM's parser, which
+    finds the same calls in the same turns as Tailor's own reader."""
+    from dataclasses import replace
+
+    from transformers import AutoTokenizer
+
+    loop, worker = calc_worker
+    plain = PlainController(GroupPlan("h", 8, 8))
+    settings = replace(SETTINGS, tool_parser="hermes")
+    _, _, group = loop.run_until_complete(
+        worker.generate_episodes("calc-hermes", ROW, SamplingSpec(max_tokens=64), settings, plain)
+    )
+    fmt = ChatTemplateFormat(AutoTokenizer.from_pretrained(calc_model_dir))
+    calling = [e for e in group if e.tools.calls]
+    assert calling, "no episode of 8 made a call"
+    for episode in calling:
+        first = episode.sample.tokens[: episode.sample.tokens.index(fmt.end_of_turn) + 1]
+        ours = [c.message() for c in fmt.calls(first, [tool_schema(add)]) if c.arguments is not None]
+        assert episode.messages[0].get("tool_calls", []) == ours
+    unknown = replace(SETTINGS, tool_parser="nope")  # the worker builds its format with the parser named
+    with pytest.raises(ValueError, match="vLLM has no tool parser named 'nope'"):
+        loop.run_until_complete(worker.generate_episodes("calc-nope", ROW, SamplingSpec(max_tokens=64), unknown, plain))

@@ -114,6 +114,12 @@ def test_the_templates_of_other_call_syntaxes_pass(tmp_path, family):
     assert preflight(_config(tmp_path, family=family)).encoder.tools
 
 
+@pytest.mark.parametrize(("family", "parser"), [("kimi", "kimi_k2"), ("minimax", "minimax_m2")])
+def test_a_syntax_no_reader_reads_passes_with_vllms_parser_for_it(tmp_path, family, parser):
+    """Kimi's template writes a call's id where the name goes: the probe is checked under Kimi's id form too."""
+    assert preflight(_config(tmp_path, f"rollout.tool_parser={parser}", family=family)).encoder.tools
+
+
 @pytest.mark.parametrize("policy", ["darts", "sart", "darts+sart"])
 def test_shaping_policies_shape_episodes(tmp_path, policy):
     """DARTS and SART run per episode (``run_episodes``): a tool run takes any shaping policy."""
@@ -132,11 +138,17 @@ def test_shaping_policies_shape_episodes(tmp_path, policy):
         (
             [],
             "minimax",
-            r"^model\.path '.*': .*a syntax Tailor does not read \(.*<invoke name=.tailor_probe.>.*Llama 3",
+            r"^model\.path '.*': .*a syntax Tailor does not read \(.*<invoke name=.tailor_probe.>.*Llama 3.*"
+            r"or set rollout\.tool_parser to the name of vLLM's tool parser for this model",
         ),
+        (["rollout.tool_parser=kimi"], "kimi", r"^rollout\.tool_parser: vLLM has no tool parser named 'kimi' \(its"),
+        (["rollout.tool_parser=hermes"], "kimi", r"^rollout\.tool_parser 'hermes': vLLM's parser reads no call in"),
         (["reward.functions=[{fn: '{tools}:env_reward'}]", "rollout.environment=null"], "qwen", r"environments"),
     ],
-    ids=["missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "syntax", "no-env"],
+    ids=[
+        *("missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "syntax"),
+        *("unknown-parser", "wrong-parser", "no-env"),
+    ],
 )
 def test_bad_tool_setups_get_one_line_errors(tmp_path, overrides, family, message):
     tools = tmp_path / "tools.py"

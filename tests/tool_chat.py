@@ -201,13 +201,26 @@ DEEPSEEK_TEMPLATE = (  # DeepSeek V3.1's shape: call tokens, arguments added to 
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt and ns.last_user and not ns.tool %}<｜Assistant｜></think>{% endif %}"
 )
-MINIMAX_TEMPLATE = (  # a syntax Tailor does not read: MiniMax-M2's invoke tags
+MINIMAX_TEMPLATE = (  # MiniMax-M2's invoke tags: no reader of Tailor's reads them (vLLM's minimax_m2 parser does)
     "{% if tools %}{{ tools | tojson }}{% endif %}"
     "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% for c in m.tool_calls or [] %}<minimax:tool_call>"
     '<invoke name="{{ c.function.name }}">{% for k, v in c.function.arguments.items() %}'
     '<parameter name="{{ k }}">{{ v }}</parameter>{% endfor %}</invoke></minimax:tool_call>{% endfor %}'
     "</s>{% endfor %}"
     "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+KIMI_TEMPLATE = (  # Kimi K2's shape: a call's id (functions.NAME:0) where others write its name; results name it
+    "{% if tools %}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|im_end|>{% endif %}"
+    "{% for m in messages %}"
+    "{% if m.role == 'assistant' %}<|im_assistant|>assistant<|im_middle|>{{ m.content }}"
+    "{% if m.tool_calls %}<|tool_calls_section_begin|>{% for c in m.tool_calls %}<|tool_call_begin|>{{ c.id }}"
+    "<|tool_call_argument_begin|>{{ c.function.arguments | tojson }}<|tool_call_end|>{% endfor %}"
+    "<|tool_calls_section_end|>{% endif %}<|im_end|>"
+    "{% elif m.role == 'tool' %}<|im_system|>tool<|im_middle|>## Return of {{ m.tool_call_id }}\n{{ m.content }}"
+    "<|im_end|>"
+    "{% else %}<|im_{{ m.role }}|>{{ m.role }}<|im_middle|>{{ m.content }}<|im_end|>{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"
 )
 TEMPLATES = {
     "qwen": TEMPLATE,
@@ -226,6 +239,7 @@ TEMPLATES = {
     "string_arguments": STRING_ARGUMENTS_TEMPLATE,
     "deepseek": DEEPSEEK_TEMPLATE,
     "minimax": MINIMAX_TEMPLATE,
+    "kimi": KIMI_TEMPLATE,
 }
 MISTRAL_SPECIALS = [
     *(
@@ -291,6 +305,14 @@ SPECIALS = {
         ["</think>"],
     ),
     "minimax": ("</s>", ["<minimax:tool_call>", "</minimax:tool_call>"], []),
+    "kimi": (
+        "<|im_end|>",
+        [
+            *("<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|tool_calls_section_begin|>"),
+            *("<|tool_calls_section_end|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"),
+        ],
+        [],
+    ),
 }
 
 

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rl.config import DataConfig, RewardFn, RolloutConfig, RunConfig, ray_address_named
 from rl.data.holdout import HeldOutIsTraining
@@ -31,6 +31,9 @@ from rl.rewards.loading import load_reward_fn, overlong_lengths
 from rl.rewards.pool import RESERVED_KEYWORDS, TRL_HOOKS, call_reward, reward_values
 from rl.rollout.cpu_cores import local_cores
 from rl.types import PromptRow, Sample
+
+if TYPE_CHECKING:
+    from rl.rollout.tool_format import ChatTemplateFormat
 
 log = logging.getLogger("rl.preflight")
 
@@ -480,13 +483,38 @@ def _check_workflow(spec: str) -> None:
         raise BadInput(f"rollout.workflow: {e}") from None
 
 
+def tool_format(cfg: RunConfig, encoder: PromptEncoder) -> ChatTemplateFormat:
+    """The run's ``ChatTemplateFormat``; with ``rollout.tool_parser``, one whose vLLM parser is known and reads the
+    call the chat template writes for a probe (``BadInput`` otherwise)."""
+    from rl.rollout.tool_calls import PROBE, PROBE_ID, probe_rendering
+    from rl.rollout.tool_format import ChatTemplateFormat
+
+    name = cfg.rollout.tool_parser
+    if name is None:
+        return ChatTemplateFormat(encoder.tokenizer, encoder.template_kwargs)
+    try:
+        fmt = ChatTemplateFormat(encoder.tokenizer, encoder.template_kwargs, name)
+    except ValueError as e:
+        raise BadInput(f"rollout.tool_parser: {e}") from None
+    text, schema = "", {"name": PROBE, "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}
+    for call_id in (PROBE_ID, f"functions.{PROBE}:0"):  # Kimi's templates write the id, of this form, for the name
+        text = probe_rendering(encoder.tokenizer, encoder.template_kwargs, call_id)[0]
+        calls = fmt.reader.read(text, [{"type": "function", "function": schema}])
+        if [(c.name, c.arguments) for c in calls] == [(PROBE, {"x": 1})]:
+            return fmt
+    shown = text[-100:].replace("\n", "\\n")
+    raise BadInput(
+        f"rollout.tool_parser {name!r}: vLLM's parser reads no call in the one this model's chat template writes "
+        f"(...{shown}); name the parser of this model's family, or none to let Tailor pick its reader"
+    )
+
+
 def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -> dict[str, list[Any]]:
     """``rollout.workflow`` loads; ``rollout.tools`` and ``rollout.environment``: each loads and is a documented
     tool, the run can take them (chat prompts), the chat template renders their schemas and a tool's result. Sets
     ``encoder.tools``, so prompt lengths count the schemas the model will see. Returns the reward arguments the
     first row's episode adds (``environments``: an instance reset with the row), for the rewards' check."""
     from rl.rollout.tool_calls import CALL_SYNTAXES, UnknownCallSyntax
-    from rl.rollout.tool_format import ChatTemplateFormat
     from rl.rollout.tool_workflow import ToolSettings, environment_name, reset_arguments, snapshot
     from rl.rollout.tools import environment_tools, load_environment, load_tool, tool_schema
 
@@ -538,9 +566,14 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
         )
         renders = schemas[0]["function"]["name"] in shown
         if renders:
-            ChatTemplateFormat(encoder.tokenizer, encoder.template_kwargs).results([(tools[0].__name__, "-")])
+            tool_format(cfg, encoder).results([(tools[0].__name__, "-")])
     except UnknownCallSyntax as e:
-        raise BadInput(f"model.path {cfg.model.path!r}: {e}; {CALL_SYNTAXES}") from None
+        raise BadInput(
+            f"model.path {cfg.model.path!r}: {e}; {CALL_SYNTAXES}; or set rollout.tool_parser to the name of vLLM's "
+            "tool parser for this model (vllm serve's --tool-call-parser)"
+        ) from None
+    except BadInput:
+        raise
     except Exception:  # the template failed on a tool call or a tool message
         renders = False
     if not renders:
