@@ -37,7 +37,9 @@ class VllmToolParser:
 
     def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
         found = self._extract(text, schemas)
-        return [_call(c.function.name, c.function.arguments, c.id, text) for c in found.tool_calls or []]
+        if not found.tools_called:
+            return []
+        return [_call(c.function.name, c.function.arguments, c.id, text) for c in found.tool_calls]
 
     def without_calls(self, text: str) -> str:
         found = self._extract(text, [])
