@@ -47,6 +47,12 @@ TOOLS = [  # two results of the call, with the stand-in ids of results given non
     {"role": "tool", "name": "forecast", "content": c, "tool_call_id": f"call0000{i}"}
     for i, c in enumerate(("sunny", "rain"))
 ]
+VLLM_PARSERS = {  # TRL's file name: the vLLM tool parser (vllm serve --tool-call-parser) for that family
+    **dict.fromkeys(("qwen2_5", "qwen3", "qwen3_instruct_2507", "qwen3_vl"), "hermes"),
+    **dict.fromkeys(("qwen3_5_think", "qwen3_5_nothink", "qwen3_6", "qwen3_8", "nemotron_3_nano"), "qwen3_coder"),
+    **dict.fromkeys(("llama3_1", "llama3_2"), "llama3_json"),
+    **{"gemma4": "gemma4", "glm4moe": "glm45", "deepseekv3": "deepseek_v3", "lfm2_2_5": "lfm2"},
+}  # gpt-oss's ("openai") is a stub in vLLM 0.32, which parses harmony elsewhere
 NO_TOOLS = ("cohere", "cohere2", "phi3", "phi3_5", "gemma", "gemma3", "deepseek_r1_distill", "qwen2_5_vl")
 
 
@@ -88,6 +94,19 @@ def test_two_results_are_what_the_real_template_renders_after_the_call(name, tmp
     assert whole[-len(results) :] == results
     shown = fmt.tokenizer.decode(results, skip_special_tokens=False)
     assert shown.index("sunny") < shown.index("rain")
+
+
+@pytest.mark.parametrize("name", VLLM_PARSERS)
+def test_tailors_reader_reads_the_calls_vllms_own_parser_reads(name, tmp_path):
+    """The reader a real template picks and vLLM's parser for the family (what ``vllm serve`` users trust, and what
+    ``rollout.tool_parser`` names) read the same calls, typed alike, from the call the template writes."""
+    from rl.rollout.vllm_tool_parser import VllmToolParser
+
+    fmt = real_format(name, tmp_path)
+    _, turn = call_turn(fmt)
+    vllm = VllmToolParser(VLLM_PARSERS[name], fmt.tokenizer)
+    theirs = vllm.read(fmt.tokenizer.decode(turn, skip_special_tokens=False), [tool_schema(forecast)])
+    assert fmt.calls(turn, [tool_schema(forecast)]) == theirs == [ToolCall("forecast", ARGUMENTS)]
 
 
 @pytest.mark.parametrize("name", NO_TOOLS)

@@ -143,11 +143,12 @@ def test_shaping_policies_shape_episodes(tmp_path, policy):
         ),
         (["rollout.tool_parser=kimi"], "kimi", r"^rollout\.tool_parser: vLLM has no tool parser named 'kimi' \(its"),
         (["rollout.tool_parser=hermes"], "kimi", r"^rollout\.tool_parser 'hermes': vLLM's parser reads no call in"),
+        (["rollout.tool_parser=openai"], "harmony", r"'openai': vLLM's parser failed on a call: NotImplementedError"),
         (["reward.functions=[{fn: '{tools}:env_reward'}]", "rollout.environment=null"], "qwen", r"environments"),
     ],
     ids=[
         *("missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "syntax"),
-        *("unknown-parser", "wrong-parser", "no-env"),
+        *("unknown-parser", "wrong-parser", "stub-parser", "no-env"),
     ],
 )
 def test_bad_tool_setups_get_one_line_errors(tmp_path, overrides, family, message):

@@ -499,7 +499,10 @@ def tool_format(cfg: RunConfig, encoder: PromptEncoder) -> ChatTemplateFormat:
     text, schema = "", {"name": PROBE, "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}
     for call_id in (PROBE_ID, f"functions.{PROBE}:0"):  # Kimi's templates write the id, of this form, for the name
         text = probe_rendering(encoder.tokenizer, encoder.template_kwargs, call_id)[0]
-        calls = fmt.reader.read(text, [{"type": "function", "function": schema}])
+        try:
+            calls = fmt.reader.read(text, [{"type": "function", "function": schema}])
+        except Exception as e:  # the parser's own error (vLLM keeps stubs under some names)
+            raise BadInput(f"rollout.tool_parser {name!r}: vLLM's parser failed on a call: {_line(e)}") from None
         if [(c.name, c.arguments) for c in calls] == [(PROBE, {"x": 1})]:
             return fmt
     shown = text[-100:].replace("\n", "\\n")
