@@ -42,6 +42,7 @@ def test_only_the_adapter_imports_vllm_and_the_callers_name_the_protocol():
     assert sorted(importers) == [
         "rollout/vllm_adapter.py",
         "rollout/vllm_inproc_client.py",
+        "rollout/vllm_tool_parser.py",
         "rollout/vllm_weight_sender.py",
     ]
     for caller in ["rollout/group_runner.py", "rollout/worker.py", "rl/bench/rollout.py"]:
