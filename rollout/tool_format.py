@@ -3,7 +3,8 @@ as the tokens appended after the model's turn.
 
 ``ChatTemplateFormat`` is the one Tailor supports: the schemas and results are rendered by the tokenizer's own chat
 template (``tools=`` and ``role: tool`` messages), the calls read in the syntax that template writes them
-(``rl.rollout.tool_calls``). A result's tokens are what the template renders after the model's turn: the tool
+(``rl.rollout.tool_calls``), or by vLLM's tool parser of the name ``rollout.tool_parser`` gives
+(``rl.rollout.vllm_tool_parser``). A result's tokens are what the template renders after the model's turn: the tool
 messages and the next assistant header, after the end-of-turn token that closes the turn, the one the model itself
 sampled. The model's ids are never re-tokenized; a template that renders the turn before the results differently
 (Qwen3's drops an empty think block once the turn is not the last) changes nothing the episode holds.
