@@ -32,7 +32,6 @@ class VllmToolParser:
             raise ValueError(f"this vLLM has no tool parsers where Tailor looks for them ({e})") from None
         if name not in ToolParserManager.list_registered():
             raise ValueError(f"vLLM has no tool parser named {name!r} (its names: {', '.join(tool_parser_names())})")
-        self.name = name
         self.parser = ToolParserManager.get_tool_parser(name)(tokenizer)
 
     def read(self, text: str, schemas: Schemas) -> list[ToolCall]:
