@@ -138,8 +138,14 @@ def test_shaping_policies_shape_episodes(tmp_path, policy):
         (
             [],
             "minimax",
-            r"^model\.path '.*': .*a syntax Tailor does not read \(.*<invoke name=.tailor_probe.>.*Llama 3.*"
-            r"or set rollout\.tool_parser to the name of vLLM's tool parser for this model",
+            r"^model\.path '.*': .*a syntax Tailor does not read \(.*<invoke name=.tailor_probe.>.*Llama 3.*; "
+            r"vLLM's minimax_m2 parser reads it: set rollout\.tool_parser=minimax_m2$",
+        ),
+        (
+            [],
+            "kimi",
+            r"^model\.path '.*': its chat template drops an assistant's tool calls; .*; "
+            r"vLLM's kimi_k2 parser reads it: set rollout\.tool_parser=kimi_k2$",
         ),
         (["rollout.tool_parser=kimi"], "kimi", r"^rollout\.tool_parser: vLLM has no tool parser named 'kimi' \(its"),
         (["rollout.tool_parser=hermes"], "kimi", r"^rollout\.tool_parser 'hermes': vLLM's parser reads no call in"),
@@ -147,7 +153,7 @@ def test_shaping_policies_shape_episodes(tmp_path, policy):
         (["reward.functions=[{fn: '{tools}:env_reward'}]", "rollout.environment=null"], "qwen", r"environments"),
     ],
     ids=[
-        *("missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "syntax"),
+        *("missing", "undocumented", "env-not-a-class", "same-name", "text-prompts", "template", "syntax", "kimi"),
         *("unknown-parser", "wrong-parser", "stub-parser", "no-env"),
     ],
 )

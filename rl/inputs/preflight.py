@@ -486,7 +486,6 @@ def _check_workflow(spec: str) -> None:
 def tool_format(cfg: RunConfig, encoder: PromptEncoder) -> ChatTemplateFormat:
     """The run's ``ChatTemplateFormat``; with ``rollout.tool_parser``, one whose vLLM parser is known and reads the
     call the chat template writes for a probe (``BadInput`` otherwise)."""
-    from rl.rollout.tool_calls import PROBE, PROBE_ID, probe_rendering
     from rl.rollout.tool_format import ChatTemplateFormat
 
     name = cfg.rollout.tool_parser
@@ -496,20 +495,60 @@ def tool_format(cfg: RunConfig, encoder: PromptEncoder) -> ChatTemplateFormat:
         fmt = ChatTemplateFormat(encoder.tokenizer, encoder.template_kwargs, name)
     except ValueError as e:
         raise BadInput(f"rollout.tool_parser: {e}") from None
-    text, schema = "", {"name": PROBE, "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}
-    for call_id in (PROBE_ID, f"functions.{PROBE}:0"):  # Kimi's templates write the id, of this form, for the name
-        text = probe_rendering(encoder.tokenizer, encoder.template_kwargs, call_id)[0]
-        try:
-            calls = fmt.reader.read(text, [{"type": "function", "function": schema}])
-        except Exception as e:  # the parser's own error (vLLM keeps stubs under some names)
-            raise BadInput(f"rollout.tool_parser {name!r}: vLLM's parser failed on a call: {_line(e)}") from None
-        if [(c.name, c.arguments) for c in calls] == [(PROBE, {"x": 1})]:
+    texts = _probe_texts(encoder)
+    try:
+        if _reads_probe(fmt.reader, texts):
             return fmt
-    shown = text[-100:].replace("\n", "\\n")
+    except Exception as e:  # the parser's own error (vLLM keeps stubs under some names)
+        raise BadInput(f"rollout.tool_parser {name!r}: vLLM's parser failed on a call: {_line(e)}") from None
+    shown = (texts or [""])[-1][-100:].replace("\n", "\\n")
     raise BadInput(
         f"rollout.tool_parser {name!r}: vLLM's parser reads no call in the one this model's chat template writes "
         f"(...{shown}); name the parser of this model's family, or none to let Tailor pick its reader"
     )
+
+
+def vllm_parsers_for(encoder: PromptEncoder) -> list[str]:
+    """The names of vLLM's tool parsers that read the call the chat template writes for a probe (none where this
+    vLLM has no parsers Tailor reads)."""
+    from rl.rollout.vllm_tool_parser import VllmToolParser, tool_parser_names
+
+    texts = _probe_texts(encoder)
+    try:
+        names = tool_parser_names()
+    except ImportError:
+        return []
+    found = []
+    for name in names:
+        try:
+            if _reads_probe(VllmToolParser(name, encoder.tokenizer), texts):
+                found.append(name)
+        except Exception:  # a parser that needs tokens this vocabulary lacks, or a stub: not this model's
+            continue
+    return found
+
+
+def _probe_texts(encoder: PromptEncoder) -> list[str]:
+    """The chat template's renderings of the probe call: under Tailor's probe id and, where the template takes it,
+    Kimi's id form (``functions.NAME:0``), which Kimi's templates write where the name goes."""
+    from rl.rollout.tool_calls import PROBE, PROBE_ID, probe_rendering
+
+    texts = []
+    for call_id in (PROBE_ID, f"functions.{PROBE}:0"):
+        try:
+            texts.append(probe_rendering(encoder.tokenizer, encoder.template_kwargs, call_id)[0])
+        except Exception:  # the template's own error: it refuses ids of that form (Mistral's take 9 characters)
+            continue
+    return texts
+
+
+def _reads_probe(reader: Any, texts: list[str]) -> bool:
+    """Whether ``reader`` reads exactly the probe call, ``{"x": 1}`` typed by its schema, in one of ``texts``."""
+    from rl.rollout.tool_calls import PROBE
+
+    schema = {"name": PROBE, "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}
+    read = [reader.read(text, [{"type": "function", "function": schema}]) for text in texts]
+    return any([(c.name, c.arguments) for c in calls] == [(PROBE, {"x": 1})] for calls in read)
 
 
 def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -> dict[str, list[Any]]:
@@ -571,10 +610,13 @@ def check_tools(cfg: RunConfig, encoder: PromptEncoder, rows: list[PromptRow]) -
         if renders:
             tool_format(cfg, encoder).results([(tools[0].__name__, "-")])
     except UnknownCallSyntax as e:
-        raise BadInput(
-            f"model.path {cfg.model.path!r}: {e}; {CALL_SYNTAXES}; or set rollout.tool_parser to the name of vLLM's "
-            "tool parser for this model (vllm serve's --tool-call-parser)"
-        ) from None
+        found = vllm_parsers_for(encoder)
+        fix = (
+            f"vLLM's {' and '.join(found)} parser reads it: set rollout.tool_parser={found[0]}"
+            if found
+            else "no tool parser of vLLM's reads it either"
+        )
+        raise BadInput(f"model.path {cfg.model.path!r}: {e}; {CALL_SYNTAXES}; {fix}") from None
     except BadInput:
         raise
     except Exception:  # the template failed on a tool call or a tool message
