@@ -4,9 +4,9 @@ between releases, so every call to it stays in this file."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from rl.rollout.call_notations import call_of
 from rl.rollout.tools import ToolCall
 
 Schemas = list[dict[str, Any]]
@@ -52,11 +52,7 @@ class VllmToolParser:
 
 
 def _call(name: str, arguments: str, call_id: str | None, text: str) -> ToolCall:
-    """One extracted call; arguments that are not a JSON object make it unusable (``arguments=None``). Its id only
+    """One extracted call (``call_of``: arguments that are not a JSON object make it unusable), with its id only
     where the model wrote it (vLLM makes one up for the syntaxes that carry none)."""
-    try:
-        parsed = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        parsed = None
-    written = call_id if call_id and call_id in text else None
-    return ToolCall(name, parsed if isinstance(parsed, dict) else None, written)
+    call = call_of({"name": name, "arguments": arguments or "{}"}, "arguments")
+    return ToolCall(call.name, call.arguments, call_id if call_id and call_id in text else None)
