@@ -750,22 +750,22 @@ def reward_arguments(row: PromptRow, extra: Iterable[str] = ()) -> list[str]:
 def required_beyond(fn: Callable[..., Any], given: set[str]) -> list[str]:
     """The parameters ``fn`` requires (no default) that are none of ``given``; none where its signature cannot be
     read."""
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # a builtin or an extension's callable
-        return []
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p.name for p in parameters if p.kind in named and p.default is p.empty and p.name not in given]
+    return [p.name for p in _parameters(fn) if p.kind in named and p.default is p.empty and p.name not in given]
 
 
 def takes_any_keyword(fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` takes ``**kwargs`` (as TRL's rewards do, since every column is passed to every reward); False
     where its signature cannot be read."""
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in _parameters(fn))
+
+
+def _parameters(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+    """``fn``'s parameters; none where its signature cannot be read (a builtin, an extension's callable)."""
     try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # a builtin or an extension's callable
-        return False
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
 
 
 def check_reward(
