@@ -46,10 +46,15 @@ class DataConfig(Strict):
     arith: ArithConfig = Field(default_factory=ArithConfig)
     train_split: str = Field(default="train", description="split trained on")
     test_split: str = Field(default="test", description="split evaluated on (held out)")
-    prompt_field: str = Field(default="question", description="column holding the question")
+    prompt_field: str | None = Field(
+        default=None,
+        description="column holding the prompt (text or chat messages); None: the first of prompt, question, "
+        "problem, query, instruction the rows have (TRL's datasets hold prompt)",
+    )
     answer_field: str | None = Field(
         default="answer",
-        description="column holding the reference answer (given to rewards as answer); None: the data has none "
+        description="column holding the reference answer (given to rewards as answer); rows without an answer "
+        "column use the first of solution, ground_truth, target, reference they have; None: the data has none "
         "(a prompt-only dataset, for rewards that need no answer: length, format, a reward model)",
     )
     template: str = Field(

@@ -214,7 +214,7 @@ CASES = [
         lambda t: _data_case(
             t, [{"question": [{"role": "user", "content": f"{n}+1="}], "answer": str(n + 1)} for n in range(8)]
         ),
-        "holds chat messages; use a model with a chat template",
+        "but the data's prompts are chat messages; use a model with a chat template",
     ),
     (
         "reward_calls_sys_exit",
@@ -301,9 +301,10 @@ CASES = [
         "log_extra, log_metric); rename it in the data",
     ),
     (
-        "trl_prompt_column",
-        lambda t: _data_case(t, [{"prompt": f"{n}+1=", "answer": str(n + 1)} for n in range(8)]),
-        "the first row's columns ['answer', 'prompt']; set data.prompt_field=prompt",
+        "unusual_columns",
+        lambda t: _data_case(t, [{"text": f"{n}+1=", "label": str(n + 1)} for n in range(8)]),
+        "the first row's columns ['label', 'text']; set data.prompt_field to the column that holds it and "
+        "data.answer_field to the column that holds it (null: the data has none)",
     ),
     ("no_held_out_rows", lambda t: ["data.arith.num_test=0"], "no held-out rows, and a run measures held-out"),
     ("unknown_key", lambda t: ["train.nope=1"], "invalid config: train.nope: not a known key"),

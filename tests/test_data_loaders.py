@@ -92,6 +92,34 @@ def test_json_array_with_template_and_custom_fields(tmp_path):
     assert result.skipped == {"bad_answer": 2}
 
 
+def test_unnamed_fields_read_the_usual_columns_and_say_which(tmp_path, caplog):
+    """No prompt field named: TRL's prompt column before a question column; no answer column: the solution."""
+    rows = [{"question": "raw", "prompt": [{"role": "user", "content": "1+1="}], "solution": "2"}]
+    path = _write_jsonl(tmp_path / "trl.jsonl", rows)
+    with caplog.at_level(logging.INFO, logger="rl.data"):
+        (row,) = load_rows(str(path)).rows
+    assert (row.prompt, row.answer) == ([{"role": "user", "content": "1+1="}], "2")
+    assert row.columns == {"question": "raw", "solution": "2"}  # every column but the prompt's, as TRL passes them
+    said = [r.getMessage() for r in caplog.records if r.name == "rl.data"]
+    assert said == [
+        f"dataset {str(path)!r}: prompts from column 'prompt', answers from column 'solution' "
+        "(data.prompt_field, data.answer_field name others)"
+    ]
+
+
+def test_named_fields_are_read_as_named(tmp_path, caplog):
+    """A named prompt field is that column even where a prompt column exists; a named answer field is not replaced."""
+    rows = [{"question": "1+1=", "prompt": "other", "answer": "2", "solution": "3"}]
+    path = _write_jsonl(tmp_path / "named.jsonl", rows)
+    with caplog.at_level(logging.INFO, logger="rl.data"):
+        (row,) = load_rows(str(path), prompt_field="question").rows
+    assert (row.prompt, row.answer) == ("1+1=", "2")
+    assert not [r for r in caplog.records if r.name == "rl.data"]  # nothing chosen: nothing to say
+    missing = _write_jsonl(tmp_path / "missing.jsonl", [{"prompt": "1+1=", "solution": "2"}])
+    with pytest.raises(ValueError, match="answer field 'reference'"):
+        load_rows(str(missing), answer_field="reference")
+
+
 def test_json_file_holding_json_lines_and_template_missing_column(tmp_path):
     path = _write_jsonl(tmp_path / "lines.json", [{"question": "a", "answer": "1", "ctx": "c"}, GOOD[0]])
     result = load_rows(str(path), template="{ctx}: {prompt}")

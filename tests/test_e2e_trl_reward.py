@@ -4,6 +4,7 @@ trainer_state, log_metric / log_extra and a reward model work as in TRL."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,12 @@ def _chat_model(tiny_model_dir: str, out: Path) -> Path:
 
 
 def _trl_style_data(path: Path) -> Path:
-    """question/solution columns, as TRL's math datasets have them."""
-    rows = [{"question": f"{a}+{b}=", "solution": str(a + b)} for a in range(10) for b in range(10)]
+    """A conversational prompt column and a solution column, as TRL's math datasets have them."""
+    rows = [
+        {"prompt": [{"role": "user", "content": f"{a}+{b}="}], "solution": str(a + b)}
+        for a in range(10)
+        for b in range(10)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -41,7 +46,8 @@ def _train(rollout_worker: Any, tmp_path: Path, *overrides: str) -> dict[str, An
     return run_training(cfg, preflight(cfg), start_actors=on_the_warm_engine(rollout_worker))
 
 
-def test_trl_accuracy_reward_runs_unmodified(rollout_worker, tiny_model_dir, tmp_path, capsys):
+def test_trl_accuracy_reward_runs_unmodified(rollout_worker, tiny_model_dir, tmp_path, capsys, caplog):
+    caplog.set_level(logging.INFO, logger="rl.data")
     model = _chat_model(tiny_model_dir, tmp_path / "chat-model")
     data = _trl_style_data(tmp_path / "trl.jsonl")
     summary = _train(
@@ -49,14 +55,13 @@ def test_trl_accuracy_reward_runs_unmodified(rollout_worker, tiny_model_dir, tmp
         tmp_path,
         "train.max_steps=2",
         f"model.path={model}",
-        f"data.source={data}",
-        "data.answer_field=solution",
-        "data.chat=true",
+        f"data.source={data}",  # no field named: TRL's prompt column, the solution as the answer
         "reward.functions=[{fn: 'trl.rewards:accuracy_reward'}, {fn: arith_exact}]",  # solution, and answer
     )
     assert summary["steps"] == 2
     assert summary["reward_failures"] == {}
     assert "holding out" in capsys.readouterr().out  # one file: a part held out for evaluation
+    assert "prompts from column 'prompt', answers from column 'solution'" in caplog.text
 
 
 REFUSES_IN_WORKERS = '''

@@ -18,7 +18,6 @@ from rl.types import Messages, PromptRow
 
 logger = logging.getLogger("rl.data")
 
-DEFAULT_PROMPT_FIELD = "question"
 DEFAULT_ANSWER_FIELD = "answer"
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 DELIMITERS = {".csv": ",", ".tsv": "\t"}  # a spreadsheet's export: a header row, then one row per record
@@ -51,7 +50,7 @@ def load_rows(
     source: str,
     *,
     split: str = "train",
-    prompt_field: str = DEFAULT_PROMPT_FIELD,
+    prompt_field: str | None = None,
     answer_field: str | None = DEFAULT_ANSWER_FIELD,
     template: str = "{prompt}",
     subset: str | None = None,
@@ -67,6 +66,8 @@ def load_rows(
     holding such files (``split`` picks a split of a saved ``DatasetDict`` or the files named after
     it), a name in ``DATASET_PRESETS`` (its values replace the arguments left at their defaults), or
     a hub dataset name. Fields may be dotted paths into nested columns (``reward_model.ground_truth``).
+    ``prompt_field=None`` reads the first of ``PROMPT_COLUMNS`` the first row has (TRL's datasets hold ``prompt``);
+    ``answer_field`` left at ``"answer"`` reads the first of ``ANSWER_COLUMNS`` where the row has no ``answer``.
     The prompt is ``template`` filled with ``prompt`` (the prompt field) and the row's columns; with
     ``chat`` it becomes a user message after an optional system message. A prompt field that already
     holds chat messages stays a message list: the template fills its last user message and
@@ -87,7 +88,7 @@ def load_rows(
         source = preset.path
         subset = preset.subset if subset is None else subset
         split = preset.split or split
-        if prompt_field == DEFAULT_PROMPT_FIELD:
+        if prompt_field is None:
             prompt_field = preset.prompt_field
         if answer_field == DEFAULT_ANSWER_FIELD:
             answer_field = preset.answer_field
@@ -102,28 +103,30 @@ def load_rows(
     examined = 0
     columns_seen: list[str] = []  # the first record's columns, to name them when no row is usable
     replaced = 0  # chat-message rows whose own system message data.system_prompt replaced
+    prompt_name = prompt_field or PROMPT_COLUMNS[0]  # until the first row says which usual column it has
     for index, record in enumerate(records):
         if limit is not None and len(rows) >= limit:
             break
         examined += 1
         if not columns_seen and isinstance(record, dict):
             columns_seen = sorted(record)
+            prompt_name, answer_field = _usual_fields(label, record, prompt_field, answer_field)
         try:
             prompt, answer, columns = _convert(
-                record, prompt_field, answer_field, template, answer_extractor, system_prompt, chat
+                record, prompt_name, answer_field, template, answer_extractor, system_prompt, chat
             )
         except _BadRow as bad:
             skipped[bad.reason] += 1
             continue
         rows.append(PromptRow(prompt_id=f"{prefix}-{index}", prompt=prompt, answer=answer, columns=columns))
-        replaced += system_prompt is not None and _has_system_message(_lookup(record, prompt_field))
+        replaced += system_prompt is not None and _has_system_message(_lookup(record, prompt_name))
 
     if not rows:
         if not skipped:
             raise ValueError(f"dataset {label!r} (split {split!r}) has no rows")
         fields = (
-            f"; prompt field {prompt_field!r}, answer field {answer_field!r}, the first row's columns {columns_seen}"
-            f"{_field_hint(columns_seen, prompt_field, answer_field)}"
+            f"; prompt field {prompt_name!r}, answer field {answer_field!r}, the first row's columns {columns_seen}"
+            f"{_field_hint(columns_seen, prompt_name, answer_field)}"
             if skipped.get("missing_field")
             else ""
         )
@@ -139,11 +142,26 @@ def load_rows(
     return LoadResult(rows=rows, skipped=dict(skipped))
 
 
-def _say_once(said: str) -> None:
-    """Warn of ``said`` once per process: a file without splits is read for training and for held-out rows."""
+def _usual_fields(label: str, record: dict[str, Any], prompt: str | None, answer: str | None) -> tuple[str, str | None]:
+    """The prompt and answer fields for rows like ``record``: a prompt field left unset is the first of
+    ``PROMPT_COLUMNS`` it has, an answer field left at ``answer`` where it has none the first of ``ANSWER_COLUMNS``
+    it has; what was chosen so is said once. Named fields stay as named."""
+    chosen = prompt is None or (answer == DEFAULT_ANSWER_FIELD and answer not in record)
+    if prompt is None:
+        prompt = next((name for name in PROMPT_COLUMNS if name in record), PROMPT_COLUMNS[0])
+    if answer == DEFAULT_ANSWER_FIELD and answer not in record:
+        answer = next((name for name in ANSWER_COLUMNS if name in record), answer)
+    if chosen and prompt in record and (answer is None or answer in record):
+        where = f"prompts from column {prompt!r}" + (f", answers from column {answer!r}" if answer else "")
+        _say_once(f"dataset {label!r}: {where} (data.prompt_field, data.answer_field name others)", logging.INFO)
+    return prompt, answer
+
+
+def _say_once(said: str, level: int = logging.WARNING) -> None:
+    """Say ``said`` once per process: a file without splits is read for training and for held-out rows."""
     if said not in _SAID:
         _SAID.add(said)
-        logger.warning(said)
+        logger.log(level, said)
 
 
 def _has_system_message(raw: Any) -> bool:
@@ -265,7 +283,8 @@ def _convert(
     return prompt, answer, {k: v for k, v in record.items() if k != prompt_column}
 
 
-PROMPT_COLUMNS = ("prompt", "question", "problem", "query", "instruction")  # what datasets name them, commonly
+PROMPT_COLUMNS = ("prompt", "question", "problem", "query", "instruction")  # what datasets name them, commonly; TRL's
+# GRPOTrainer reads prompt
 ANSWER_COLUMNS = ("answer", "solution", "ground_truth", "target", "reference")
 
 

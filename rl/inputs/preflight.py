@@ -443,10 +443,7 @@ def check_chat_template(encoder: PromptEncoder, cfg: RunConfig, rows: list[Promp
     if cfg.data.chat:
         raise BadInput(f"{where}, but data.chat is set; set data.chat=false or use a model with a chat template")
     if any(isinstance(r.prompt, list) for r in rows):
-        raise BadInput(
-            f"{where}, but data.prompt_field {cfg.data.prompt_field!r} holds chat messages; use a model with a "
-            f"chat template"
-        )
+        raise BadInput(f"{where}, but the data's prompts are chat messages; use a model with a chat template")
 
 
 def _check_template_kwargs(encoder: PromptEncoder, cfg: RunConfig, rows: list[PromptRow], model: str) -> None:
