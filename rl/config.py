@@ -172,7 +172,12 @@ class RolloutConfig(Strict):
         description="stop strings (TRL's generation_kwargs stop): a sample ends once its text holds one, the tokens "
         "that wrote it kept (they are trained on and rewards see them); held-out samples stop on them too",
     )
-    max_model_len: int = Field(default=128, ge=16, description="prompt + response tokens; longer prompts are skipped")
+    max_model_len: int | None = Field(
+        default=None,
+        ge=16,
+        description="prompt + response tokens (the engines' context); None: the data's longest prompt + max_tokens, "
+        "within the model's positions (set before the run starts); longer prompts are skipped",
+    )
     kv_cache_bytes: int = Field(default=64 << 20, ge=1 << 20, description="CPU only; GPUs use gpu_memory_utilization")
     gpu_memory_utilization: float = Field(
         default=0.5,
@@ -265,7 +270,7 @@ class RolloutConfig(Strict):
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> RolloutConfig:
-        if self.max_tokens >= self.max_model_len:
+        if self.max_model_len is not None and self.max_tokens >= self.max_model_len:
             raise ValueError(
                 f"max_tokens ({self.max_tokens}) leaves no room for a prompt within max_model_len "
                 f"({self.max_model_len}); raise max_model_len or lower max_tokens"

@@ -307,6 +307,12 @@ CASES = [
         "data.answer_field to the column that holds it (null: the data has none)",
     ),
     ("no_held_out_rows", lambda t: ["data.arith.num_test=0"], "no held-out rows, and a run measures held-out"),
+    (
+        "response_cap_past_the_model",
+        lambda t: ["rollout.max_model_len=null", "rollout.max_tokens=256"],
+        "rollout.max_tokens (256) leaves no room for a prompt within the model's 256 positions (its config.json); "
+        "lower rollout.max_tokens",
+    ),
     ("unknown_key", lambda t: ["train.nope=1"], "invalid config: train.nope: not a known key"),
     ("misspelt_key", lambda t: ["train.batchgroups=2"], "did you mean train.batch_groups?"),
     ("trl_name", lambda t: ["train.num_generations=4"], "(TRL's num_generations is shaping.m_keep here;"),
@@ -449,6 +455,30 @@ def test_bad_rows_are_counted_skips(tmp_path, caplog):
     assert sum("malformed_line" in r.getMessage() for r in caplog.records) == 1  # one file read twice: one warning
     assert "skipped 1 of " in log and "prompt longer than 56 tokens" in log
     assert len(inputs.train_rows) + len(inputs.test_rows) == 20
+
+
+def test_a_context_left_unset_is_the_longest_prompt_and_the_response_cap(tmp_path, capsys, caplog):
+    """rollout.max_model_len unset: the longest prompt + rollout.max_tokens, rounded up to 16 tokens, kept on the
+    config the run goes on with; within the model's 256 positions, where the longer prompts are skipped."""
+    rows = [*ROWS[:20], {"question": "1+" * 40 + "1=", "answer": "41"}]  # 82 tokens, the rest 5 or 6
+    longest = 82
+    cfg = load_config("recipes/arith_tiny.yaml", [*_data_case(tmp_path, rows), "rollout.max_model_len=null"])
+    inputs = preflight(cfg)
+    assert cfg.rollout.max_model_len == 16 * -(-(longest + cfg.rollout.max_tokens) // 16)
+    assert len(inputs.train_rows) + len(inputs.test_rows) == 21  # none skipped
+    said = f"data: 19 training rows, 2 held-out rows; context {cfg.rollout.max_model_len} tokens (the longest prompt, "
+    assert f"{said}{longest}, + rollout.max_tokens)\n" in capsys.readouterr().out
+
+    capped = load_config("recipes/arith_tiny.yaml", [*_data_case(tmp_path, rows), "rollout.max_model_len=null"])
+    capped.rollout.max_tokens = 200
+    with caplog.at_level(logging.WARNING):
+        inputs = preflight(capped)
+    assert capped.rollout.max_model_len == 256
+    assert len(inputs.train_rows) + len(inputs.test_rows) == 20
+    assert "skipped 1 of " in caplog.text and "prompt longer than 56 tokens" in caplog.text
+    assert "context 256 tokens (the longest prompt, 82, + rollout.max_tokens, within the model's 256 positions)" in (
+        capsys.readouterr().out
+    )
 
 
 def test_one_file_holds_out_a_fixed_part(tmp_path, capsys):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from small_runs import on_the_warm_engine, small_run
 
 from rl.inputs.preflight import preflight
@@ -56,12 +57,15 @@ def test_trl_accuracy_reward_runs_unmodified(rollout_worker, tiny_model_dir, tmp
         "train.max_steps=2",
         f"model.path={model}",
         f"data.source={data}",  # no field named: TRL's prompt column, the solution as the answer
+        "rollout.max_model_len=null",  # no context given: the longest prompt and the response cap
         "reward.functions=[{fn: 'trl.rewards:accuracy_reward'}, {fn: arith_exact}]",  # solution, and answer
     )
     assert summary["steps"] == 2
     assert summary["reward_failures"] == {}
     assert "holding out" in capsys.readouterr().out  # one file: a part held out for evaluation
     assert "prompts from column 'prompt', answers from column 'solution'" in caplog.text
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["rollout"]  # what a resume reads back
+    assert saved["max_model_len"] % 16 == 0 and saved["max_model_len"] > saved["max_tokens"]
 
 
 REFUSES_IN_WORKERS = '''

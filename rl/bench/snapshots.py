@@ -4,7 +4,8 @@ scores a model.
 The rows, prompt framing, sampling (``eval.temperature`` and ``eval.samples``, one greedy sample by default;
 ``rollout.max_tokens``) and correctness (the recipe's first reward > 0) are those of Tailor's own in-run evaluations:
 the first ``eval.num_problems`` rows of the test split, through ``rl.evaluation.held_out``. The engine is the recipe's
-rollout engine (``rollout.max_model_len``, as Tailor's workers have it).
+rollout engine (``rollout.max_model_len``, as Tailor's workers have it; left unset, the evaluation's longest prompt and
+response cap).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 from pathlib import Path
 
 from rl.config import RunConfig
-from rl.evaluation.offline import EvalReport, EvalSettings, engine_spec, eval_report
+from rl.evaluation.offline import EvalReport, EvalSettings, engine_spec, eval_inputs, eval_report
 
 
 def heldout_settings(cfg: RunConfig, model_dir: str, recipe: str) -> EvalSettings:
@@ -42,13 +43,15 @@ async def _evaluate(
 ) -> tuple[EvalReport, list[EvalReport]]:
     from rl.rollout.local_worker import LocalRolloutWorker
 
-    worker = await LocalRolloutWorker.start(engine_spec(cfg, settings.model, cfg.rollout.max_model_len))
+    inputs = eval_inputs(cfg, settings)
+    context = cfg.rollout.max_model_len or inputs.context  # unset in the recipe: what the evaluation needs
+    worker = await LocalRolloutWorker.start(engine_spec(cfg, settings.model, context))
     try:
-        base = await eval_report(cfg, settings, [worker])
+        base = await eval_report(cfg, settings, [worker], inputs)
         reports = []
         for version, path in enumerate(snapshots, start=1):
             await worker.load_weights(path.read_bytes(), version)
-            reports.append(await eval_report(cfg, settings, [worker]))
+            reports.append(await eval_report(cfg, settings, [worker], inputs))
     finally:
         await worker.shutdown()
     return base, reports

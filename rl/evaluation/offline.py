@@ -10,7 +10,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from rl.inputs.preflight import (
     load_rewards,
     model_positions,
     prompt_encoder,
+    prompt_ids,
 )
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.checkpoint import CONFIG_FILE, complete_checkpoints, is_complete_checkpoint
@@ -37,7 +37,6 @@ from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec
 from rl.rollout.episode_settings import episode_settings
-from rl.rollout.tool_workflow import ToolSettings
 from rl.types import PromptRow
 
 log = logging.getLogger("rl.eval")
@@ -128,15 +127,6 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
             cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"max_model_len": context})}), model_dir
         )
     return EvalInputs(model_dir, encoder, rows, context)
-
-
-def prompt_ids(cfg: RunConfig, encoder: PromptEncoder) -> Callable[[PromptRow], list[int]]:
-    """A row's prompt tokens as the engine gets them: with tools, the episode's first prompt (their schemas in);
-    otherwise, a user workflow's too, the prompt as a single-turn run renders it (the workflow is not made here)."""
-    tools = episode_settings(cfg)
-    return (
-        tools.build(encoder.tokenizer).prompt if isinstance(tools, ToolSettings) else lambda r: encoder.encode(r.prompt)
-    )
 
 
 def same_source(a: str, b: str) -> bool:
@@ -274,7 +264,7 @@ def engine_context(cfg: RunConfig, needed_len: int, positions: int | None = None
     episodes (tools, a workflow), which grow past their first prompt, the recipe's ``rollout.max_model_len`` where
     that is more, cut to the model's ``positions`` where known (a recipe made for a larger model)."""
     r = cfg.rollout
-    if not episode_settings(cfg):
+    if not episode_settings(cfg) or r.max_model_len is None:
         return needed_len
     return max(min(r.max_model_len, positions or r.max_model_len), needed_len)
 

@@ -73,11 +73,13 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
     _check_column_names(cfg, train)
     functions = load_rewards(cfg)
     encoder = prompt_encoder(cfg, model_dir, cfg.model.path)
-    _check_context_length(model_dir, cfg.rollout.max_model_len)
     check_chat_template(encoder, cfg, train, f"model.path {cfg.model.path!r}")
     extra_columns = check_tools(cfg, encoder, train + test)  # held-out rows run episodes too
-    train = fitting_rows(train, encoder, cfg.rollout, "training")
-    test = fitting_rows(test, encoder, cfg.rollout, "held-out")
+    tokens = prompt_ids(cfg, encoder)
+    train_lengths, test_lengths = [len(tokens(r)) for r in train], [len(tokens(r)) for r in test]
+    context = size_context(cfg, model_dir, max(train_lengths + test_lengths))
+    train = fitting_rows(train, train_lengths, cfg.rollout, "training")
+    test = fitting_rows(test, test_lengths, cfg.rollout, "held-out")
     if len(train) < cfg.train.batch_groups:
         raise BadInput(
             f"data.source {cfg.data.source!r}: {len(train)} usable training rows, fewer than train.batch_groups "
@@ -104,7 +106,7 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
             flush=True,
         )
     if say:
-        print(f"data: {len(train)} training rows, {len(test)} held-out rows", flush=True)
+        print(f"data: {len(train)} training rows, {len(test)} held-out rows{context}", flush=True)
     return RunInputs(model_dir, encoder, train, test)
 
 
@@ -373,16 +375,43 @@ def _check_engine_sleep(cfg: RunConfig) -> None:
 
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
+CONTEXT_BLOCK = 16  # an unset rollout.max_model_len is rounded up to vLLM's KV-cache blocks
 
 
-def _check_context_length(model_dir: str, max_model_len: int) -> None:
-    """``rollout.max_model_len`` within the positions the model's config gives (``model_positions``)."""
-    positions = model_positions(model_dir)
-    if positions is not None and max_model_len > positions:
+def size_context(cfg: RunConfig, model_dir: str, longest: int) -> str:
+    """Check ``rollout.max_model_len`` against the positions the model's config gives (``model_positions``), or,
+    left unset, set it (on ``cfg``, which the run then uses throughout): the longest prompt + ``rollout.max_tokens``,
+    rounded up to vLLM's 16-token blocks, at most the model's positions (longer prompts are then skipped). Returns
+    what was set, for the data line ("" where the recipe gave it)."""
+    r, positions = cfg.rollout, model_positions(model_dir)
+    if r.max_model_len is not None:
+        if positions is not None and r.max_model_len > positions:
+            raise BadInput(
+                f"rollout.max_model_len ({r.max_model_len}) is more than the model's {positions} positions (its "
+                f"config.json); set rollout.max_model_len to at most {positions}, with rollout.max_tokens below it"
+            )
+        return ""
+    if positions is not None and r.max_tokens >= positions:
         raise BadInput(
-            f"rollout.max_model_len ({max_model_len}) is more than the model's {positions} positions (its "
-            f"config.json); set rollout.max_model_len to at most {positions}, with rollout.max_tokens below it"
+            f"rollout.max_tokens ({r.max_tokens}) leaves no room for a prompt within the model's {positions} "
+            f"positions (its config.json); lower rollout.max_tokens"
         )
+    needed = -(-(longest + r.max_tokens) // CONTEXT_BLOCK) * CONTEXT_BLOCK
+    r.max_model_len = needed if positions is None else min(needed, positions)
+    within = f", within the model's {positions} positions" if needed > r.max_model_len else ""
+    return f"; context {r.max_model_len} tokens (the longest prompt, {longest}, + rollout.max_tokens{within})"
+
+
+def prompt_ids(cfg: RunConfig, encoder: PromptEncoder) -> Callable[[PromptRow], list[int]]:
+    """A row's prompt tokens as the engine gets them: with tools, the episode's first prompt (their schemas in);
+    otherwise, a user workflow's too, the prompt as a single-turn run renders it (the workflow is not made here)."""
+    from rl.rollout.episode_settings import episode_settings
+    from rl.rollout.tool_workflow import ToolSettings
+
+    tools = episode_settings(cfg)
+    return (
+        tools.build(encoder.tokenizer).prompt if isinstance(tools, ToolSettings) else lambda r: encoder.encode(r.prompt)
+    )
 
 
 def model_positions(model_dir: str) -> int | None:
@@ -661,10 +690,11 @@ def _reads_environment_reward(cfg: RunConfig) -> bool:
     return any(f.fn == "environment" for f in cfg.reward.functions)
 
 
-def fitting_rows(rows: list[PromptRow], encoder: PromptEncoder, rollout: RolloutConfig, what: str) -> list[PromptRow]:
-    """Rows whose prompt leaves ``rollout.max_tokens`` within ``rollout.max_model_len``; the rest counted and logged."""
+def fitting_rows(rows: list[PromptRow], lengths: list[int], rollout: RolloutConfig, what: str) -> list[PromptRow]:
+    """Rows whose prompt (of ``lengths`` tokens, row by row) leaves ``rollout.max_tokens`` within
+    ``rollout.max_model_len``; the rest counted and logged."""
+    assert rollout.max_model_len is not None  # size_context sets it
     room = rollout.max_model_len - rollout.max_tokens
-    lengths = [len(encoder.encode(r.prompt)) for r in rows]
     kept = [r for r, n in zip(rows, lengths, strict=True) if n <= room]
     if rows and not kept:
         raise BadInput(
