@@ -135,9 +135,9 @@ def test_trainer_state_logs_and_a_reward_model_through_a_real_run(
         target = 4 + 8 * (r["step"] - 1)  # the schedule moved with the step
         assert r["extra"] == {"target": target}
         assert r["rewards"][schedule] == pytest.approx(-abs(len(r["completion"]) - target) / 10)
-        assert -1.0 <= r["rewards"]["get_soft_overlong_punishment"] < 0  # every completion has a token
+        assert -1.0 <= r["rewards"]["soft_overlong_punishment_reward"] < 0  # every completion has a token
         assert r["reward"] == pytest.approx(
-            r["rewards"][schedule] + 0.5 * r["rewards"][model] + r["rewards"]["get_soft_overlong_punishment"]
+            r["rewards"][schedule] + 0.5 * r["rewards"][model] + r["rewards"]["soft_overlong_punishment_reward"]
         )
     assert len({r["rewards"][model] for r in rows}) > 1  # the reward model scored each completion
     report = write_report(run_dir).read_text()

@@ -72,7 +72,7 @@ def test_load_overlong_builtin() -> None:
 def test_a_called_spec_is_the_reward_its_call_makes_as_trls_factories_are_used(tmp_path: Path) -> None:
     """``module:factory(literals)`` is what TRL users put in ``reward_funcs``: TRL's own soft overlong penalty, made
     with positional and keyword arguments, scores as TRL's formula says; a file's factory works alike; the logs
-    name it by the factory."""
+    name it as TRL does, by the function the factory returned."""
     from rl.output.completions import reward_names
 
     overlong = "trl.rewards:get_soft_overlong_punishment(20, soft_punish_cache=10)"
@@ -86,8 +86,50 @@ def test_a_called_spec_is_the_reward_its_call_makes_as_trls_factories_are_used(t
     made = load_reward_fn("scaled.py:scaled(0.5, names=['a', 'b'])", base_dir=tmp_path)
     assert made(prompts=["p"], completions=["c"]) == [0.5]
     assert reward_names([overlong, "arith_exact"]) == {
-        overlong: "get_soft_overlong_punishment",
+        overlong: "soft_overlong_punishment_reward",
         "arith_exact": "arith_exact",
+    }
+
+
+REWARD_FORMS = """
+import functools
+
+
+def length(completions, scale=1.0, **kw):
+    return [scale * len(c) for c in completions]
+
+
+class Judge:
+    def __call__(self, completions, **kw):
+        return [0.0] * len(completions)
+
+
+def brevity(completions, **kw):
+    return [-len(c) for c in completions]
+
+
+short = functools.partial(length, scale=-1.0)
+judge = Judge()
+alias = brevity
+"""
+
+
+def test_rewards_are_logged_under_the_names_trl_gives_them(tmp_path: Path) -> None:
+    """TRL's get_callable_name: a partial by the function it wraps, a callable object by its class, an alias by the
+    function's own name; built-ins keep their short names, a reward model its folder's, a spec that does not load
+    here the name it gives."""
+    from rl.output.completions import reward_names
+
+    path = _write(tmp_path / "forms.py", REWARD_FORMS)
+    specs = [f"{path}:{name}" for name in ("short", "judge", "alias")]
+    assert reward_names([*specs, "format", "overlong(100,20)", "model:/m/rm-7b", "gone.py:mine"]) == {
+        specs[0]: "length",
+        specs[1]: "Judge",
+        specs[2]: "brevity",
+        "format": "format",
+        "overlong(100,20)": "overlong(100,20)",
+        "model:/m/rm-7b": "rm-7b",
+        "gone.py:mine": "mine",
     }
 
 

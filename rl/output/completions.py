@@ -9,22 +9,20 @@ group by group, so whole groups come first.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rl.rewards.loading import called_target
+from rl.rewards.loading import logged_name
 from rl.types import Group
 
 FILE = "completions.jsonl"
 
 
 def reward_names(specs: Iterable[str]) -> dict[str, str]:
-    """Each reward spec's name in the logs, as TRL names a reward function: its own name (``file.py:fn`` gives
-    ``fn``, ``module:factory(...)`` the factory's, ``model:DIR`` the folder's name); the whole spec where two
-    functions share a name."""
-    short = {spec: re.split(r"[:/]", called_target(spec).rstrip("/"))[-1] for spec in specs}
+    """Each reward spec's name in the logs (``logged_name``: as TRL names a reward function); the whole spec where
+    two functions share a name."""
+    short = {spec: logged_name(spec) for spec in specs}
     return {spec: name if list(short.values()).count(name) == 1 else spec for spec, name in short.items()}
 
 

@@ -4,6 +4,7 @@ to make the reward, built-in name, or a reward model's ``RewardModelSpec``) to a
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import re
@@ -39,6 +40,25 @@ def called_target(spec: str) -> str:
     """The function a spec names, without the arguments a called spec makes its reward with."""
     called = _CALLED.fullmatch(spec.strip())
     return called.group("target").strip() if called else spec.strip()
+
+
+@functools.cache
+def logged_name(spec: str) -> str:
+    """The name the reward of ``spec`` is logged under, as TRL names a reward function: a module's or file's callable
+    by its own name (a ``functools.partial`` by the function it wraps, a callable object by its class), so a
+    factory's reward by the function the factory returned; a built-in by its short name, a reward model by its
+    folder's; a spec that does not load in this process by the name it gives."""
+    target = called_target(spec)
+    given = re.split(r"[:/]", target.rstrip("/"))[-1]
+    if ":" not in target or spec.startswith("model:"):
+        return given
+    try:
+        fn = load_reward_fn(spec)
+    except ValueError:
+        return given
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return getattr(fn, "__name__", type(fn).__name__)
 
 
 def load_reward_fn(spec: RewardSpec, base_dir: str | Path | None = None) -> Callable:
