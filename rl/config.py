@@ -589,10 +589,11 @@ class AlgorithmConfig(Strict):
     )
     vespo_k_neg: float = Field(default=3.0, gt=0, description="VESPO, negative advantages: as vespo_k_pos")
     vespo_lambda_neg: float = Field(default=2.0, gt=0, description="VESPO, negative advantages: as vespo_lambda_pos")
-    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = Field(
+    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = Field(
         default="token-mean",
-        description="how token losses are averaged: over all tokens, per sequence then over sequences, or per "
-        "sequence over norm_len",
+        description="how token losses are averaged: over all tokens; per sequence, then over sequences; summed per "
+        "sequence, then averaged over sequences (with loss=gspo: LUSPO, TRL's luspo); or summed per sequence over "
+        "norm_len",
     )
     norm_len: int | None = Field(
         default=None,
@@ -1209,7 +1210,8 @@ TRL_NAMES = {
     "vllm_importance_sampling_cap": "algorithm.correction_cap",
     "vllm_importance_sampling_clip_max": "algorithm.correction_cap",
     "loss_type": "algorithm.agg (and algorithm.advantage=drgrpo for dr_grpo; cispo and sapo: algorithm.loss, "
-    "cispo's cap epsilon_high being 1 + algorithm.clip_high; vespo: algorithm.loss)",
+    "cispo's cap epsilon_high being 1 + algorithm.clip_high; vespo: algorithm.loss; luspo: algorithm.loss=gspo "
+    "algorithm.agg=seq-mean-token-sum)",
     "importance_sampling_level": "algorithm.loss (gspo: sequence level)",
     "mask_truncated_completions": "algorithm.mask_truncated",
     "sapo_temperature_pos": "algorithm.sapo_tau_pos",

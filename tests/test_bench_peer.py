@@ -166,6 +166,12 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_b
         4,
         "token_truncate",
     )
+    luspo = load_config(recipe_path("arith_tiny"), ["algorithm.loss=gspo", "algorithm.agg=seq-mean-token-sum"])
+    args = grpo_arguments(luspo, seed=0, steps=20, out_dir=tmp_path, use_vllm=False)
+    assert (args["loss_type"], args["importance_sampling_level"]) == ("luspo", "sequence")
+    from trl import GRPOConfig
+
+    assert GRPOConfig(**args).loss_type == "luspo"  # TRL takes it
     scale_rl = load_config(recipe_path("arith_tiny"), ["algorithm.loss=cispo", "algorithm.advantage=grpo-batch"])
     assert grpo_arguments(scale_rl, 0, 20, tmp_path, use_vllm=False)["scale_rewards"] == "batch"
     gdpo = grpo_arguments(load_config(recipe_path("arith_tiny"), ["algorithm.advantage=gdpo"]), 0, 20, tmp_path, False)

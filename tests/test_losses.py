@@ -141,6 +141,8 @@ def _agg_batch():
         ("token-mean", None, -5.0, 4.0, [[-1, -1, -1], [-2, 0, 0], [0, 0, 0]]),
         # per-sequence token means: -1 and -2 -> sum -3 over 2 sequences (the empty row is not a unit)
         ("seq-mean-token-mean", None, -3.0, 2.0, [[-1 / 3, -1 / 3, -1 / 3], [-2, 0, 0], [0, 0, 0]]),
+        # per-sequence token sums: -3 and -2 -> sum -5 over 2 sequences (LUSPO's: a sequence weighs its length)
+        ("seq-mean-token-sum", None, -5.0, 2.0, [[-1, -1, -1], [-2, 0, 0], [0, 0, 0]]),
         # per-sequence token sums over norm_len=4: -3/4 and -2/4 -> sum -1.25 over 2 sequences
         ("seq-mean-token-sum-norm", 4, -1.25, 2.0, [[-0.25, -0.25, -0.25], [-0.5, 0, 0], [0, 0, 0]]),
     ],
@@ -160,7 +162,7 @@ def test_aggregations_hand_computed_with_empty_row(agg, norm_len, loss_sum, unit
 
 def test_all_empty_batch_is_zero_without_nan():
     logp = _leaf([[NAN, NAN]])
-    for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+    for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
         out = policy_loss(logp, _t([[0.0, 0.0]]), _t([1.0]), _t([[0, 0]]), LossSpec(agg=agg, norm_len=8))
         assert out.loss.item() == 0.0 and out.units == 0.0
         means = finalize_stats(out.stats)
@@ -168,7 +170,7 @@ def test_all_empty_batch_is_zero_without_nan():
         assert means["ess_ratio"] == 1.0
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
 @pytest.mark.parametrize("kind", ["ppo", "gspo", "cispo", "sapo", "vespo"])
 def test_two_half_batches_summed_equal_one_full_call(agg, kind):
     g = torch.Generator().manual_seed(0)
@@ -236,6 +238,25 @@ def test_gspo_sequence_ratio_and_per_token_gradient():
     seq_logp = logp.detach()[:1].clone().requires_grad_(True)
     (-torch.exp((seq_logp - prox[:1]).mean())).backward()
     assert seq_logp.grad.tolist()[0] == pytest.approx(logp.grad.tolist()[0])
+
+
+def test_luspo_is_trls_formula():
+    """TRL 1.16's loss_type="luspo" with importance_sampling_level="sequence": the sequence's mean log-ratio as its
+    ratio, PPO's clipped surrogate on it at every token, summed per sequence, averaged over the sequences."""
+    g = torch.Generator().manual_seed(3)
+    behav = -torch.rand(3, 4, generator=g, dtype=torch.float64)
+    logp = (behav + 0.3 * torch.randn(3, 4, generator=g, dtype=torch.float64)).requires_grad_(True)
+    adv = _t([1.0, 0.5, -2.0])
+    mask = _t([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    spec = LossSpec(kind="gspo", agg="seq-mean-token-sum", clip_low=0.02, clip_high=0.02, decoupled=False)
+    out = policy_loss(logp, behav, adv, mask, spec)
+
+    ratio = torch.exp(((logp - behav) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True))
+    a = adv.unsqueeze(1)
+    per_token = -torch.min(ratio * a, torch.clamp(ratio, 0.98, 1.02) * a)
+    trl = (per_token * mask).sum(-1).mean()
+    assert (out.loss / out.units).item() == pytest.approx(trl.item(), rel=1e-12)
+    assert out.stats["clipped_tokens"] > 0  # the clip binds somewhere: the comparison covers it
 
 
 def test_gspo_small_clip_clips_whole_sequence():

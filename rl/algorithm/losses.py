@@ -79,8 +79,9 @@ class LossSpec:
     (dual-clip PPO, Ye et al. 2020, arXiv 1912.09729; verl's ``clip_ratio_c``, TRL's ``delta``). ``off_policy_mask``:
     a sequence with a negative advantage whose mean ``log pi_behav - log pi`` exceeds it is no loss term (off-policy
     sequence masking, DeepSeek-V3.2, arXiv 2512.02556; TRL's ``off_policy_mask_threshold``). ``agg``:
-    how tokens become units (see ``policy_loss``); ``norm_len`` is the constant divisor of
-    ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783). ``kl_coef`` / ``kl_estimator``: penalty on
+    how tokens become units (see ``policy_loss``); ``seq-mean-token-sum`` with ``gspo`` is LUSPO (each sequence's
+    loss scaled by its length, arXiv 2602.05261; TRL's ``loss_type="luspo"``); ``norm_len`` is the constant divisor
+    of ``seq-mean-token-sum-norm`` (Dr.GRPO, arXiv 2503.20783). ``kl_coef`` / ``kl_estimator``: penalty on
     KL(current || ref) with Schulman's k1/k2/k3 estimators; ``kl_correction`` weights it by ``pi / pi_behav``, the
     importance ratio of the sampling policy, which makes it an estimate of the current policy's KL (DeepSeek-V3.2,
     arXiv 2512.02556; TRL's ``use_bias_correction_kl``). ``entropy_coef``: entropy bonus. ``top_entropy_quantile``:
@@ -94,7 +95,7 @@ class LossSpec:
     kind: Literal["ppo", "gspo", "cispo", "sapo", "vespo"] = "ppo"
     clip_low: float = 0.2
     clip_high: float = 0.28
-    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = "token-mean"
     norm_len: int | None = None
     kl_coef: float = 0.0
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
@@ -115,7 +116,7 @@ class LossSpec:
 
     def __post_init__(self) -> None:
         _one_of("kind", self.kind, ("ppo", "gspo", "cispo", "sapo", "vespo"))
-        _one_of("agg", self.agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"))
+        _one_of("agg", self.agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"))
         _one_of("kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
         _one_of("correction", self.correction, ("none", "tis-token", "tis-seq", "mis-token", "mis-seq"))
         if not (0.0 <= self.clip_low < 1.0) or self.clip_high < 0.0:
@@ -159,8 +160,9 @@ def policy_loss(
     ``-w * min(r * A, clip(r) * A) + kl_coef * KL - entropy_coef * entropy`` (CISPO's surrogate:
     ``-w * sg(min(r, 1 + clip_high)) * A * log pi``; SAPO's: ``-w * gate(r) * A``); the weight ``w`` applies to
     the surrogate only. Units: ``token-mean`` sums tokens (units = masked tokens); ``seq-mean-token-mean`` sums each
-    sequence's token mean; ``seq-mean-token-sum-norm`` sums each sequence's token sum over ``norm_len``; the two
-    sequence modes count sequences with at least one masked token. Values at unmasked positions are ignored.
+    sequence's token mean; ``seq-mean-token-sum`` each sequence's token sum; ``seq-mean-token-sum-norm`` each
+    sequence's token sum over ``norm_len``; the sequence modes count sequences with at least one masked token.
+    Values at unmasked positions are ignored.
     """
     if spec.kl_coef > 0 and ref_logprobs is None:
         raise ValueError("kl_coef > 0 needs ref_logprobs")
@@ -289,6 +291,8 @@ def _aggregated(
         return per_token.sum(), n_tok.sum()
     if spec.agg == "seq-mean-token-mean":
         return (per_token.sum(-1) / n_tok.clamp(min=1)).sum(), has.sum()
+    if spec.agg == "seq-mean-token-sum":
+        return per_token.sum(), has.sum()
     return per_token.sum() / spec.norm_len, has.sum()
 
 

@@ -49,7 +49,12 @@ from rl.models import no_progress_bars, resolve_model
 from rl.output.progress import Progress
 from rl.rewards.loading import load_reward_fn
 
-LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+LOSS_TYPES = {
+    "token-mean": "dapo",
+    "seq-mean-token-mean": "grpo",
+    "seq-mean-token-sum": "luspo",
+    "seq-mean-token-sum-norm": "dr_grpo",
+}
 SCALE_REWARDS = {"grpo": "group", "drgrpo": "none", "grpo-batch": "batch"}
 
 
@@ -133,7 +138,7 @@ def unsupported(cfg: RunConfig, use_vllm: bool) -> list[str]:
     checks = {
         "rollout.stop without --peer-vllm": bool(cfg.rollout.stop) and not use_vllm,
         f"algorithm.advantage={a.advantage}": a.advantage not in (*SCALE_REWARDS, "gdpo"),
-        f"algorithm.loss={a.loss}": a.loss not in ("ppo", "cispo", "vespo"),
+        f"algorithm.loss={a.loss}": a.loss not in ("ppo", "gspo", "cispo", "vespo"),
         f"algorithm.loss={a.loss} with algorithm.agg={a.agg}": a.loss in ("cispo", "vespo") and a.agg != "token-mean",
         "algorithm.decoupled=true": a.decoupled,
         "algorithm.dynamic_sampling=true": a.dynamic_sampling,
@@ -176,6 +181,7 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         epsilon=a.clip_low,
         epsilon_high=1.0 + a.clip_high if a.loss == "cispo" else a.clip_high,  # TRL's CISPO cap is epsilon_high
         loss_type=a.loss if a.loss in ("cispo", "vespo") else LOSS_TYPES[a.agg],  # these: token-mean over the batch
+        importance_sampling_level="sequence" if a.loss == "gspo" else "token",  # GSPO's ratio; with luspo, LUSPO
         vespo_k_pos=a.vespo_k_pos,
         vespo_lambda_pos=a.vespo_lambda_pos,
         vespo_k_neg=a.vespo_k_neg,
