@@ -166,3 +166,25 @@ def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir):
     assert b["loss"] == pytest.approx(a["loss"], rel=1e-5) and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
     for (name, p), q in zip(plain.model.named_parameters(), recompute.model.parameters(), strict=True):
         torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_a_model_configured_with_dropout_trains_without_it(tiny_model_dir, tmp_path):
+    """The engine samples without dropout; the trainer's log-probs must be its own (TRL's disable_dropout=True): a
+    model whose config sets attention and hidden dropout gives the same logits in train mode, call after call, as
+    in eval mode."""
+    import json
+    import shutil
+
+    import torch
+
+    model_dir = tmp_path / "with-dropout"
+    shutil.copytree(tiny_model_dir, model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "attention_dropout": 0.5, "hidden_dropout": 0.5}))
+    engine = FSDPEngine(TrainerSpec(model=str(model_dir)))
+    ids = torch.tensor([[1, 5, 7, 9, 11, 13]])
+    engine.model.train()
+    first, second = engine.model(ids).logits, engine.model(ids).logits
+    engine.model.eval()
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+    torch.testing.assert_close(first, engine.model(ids).logits)

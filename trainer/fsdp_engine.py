@@ -68,6 +68,19 @@ def _left_pad(values: torch.Tensor, n: int) -> torch.Tensor:
     return torch.nn.functional.pad(values, (n, 0)) if n else values
 
 
+def _disable_dropout(model: torch.nn.Module) -> None:
+    """Every dropout of ``model`` off, in train mode too: its ``nn.Dropout`` layers and the rates its modules keep as
+    numbers (attention's ``attention_dropout``). The trainer's log-probs are then the engine's, which has no
+    dropout, as TRL's ``disable_dropout=True`` makes them; a model whose config sets dropout (GPT-2's 0.1) would
+    otherwise train on noisy ratios."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        rates = [name for name, value in vars(module).items() if "dropout" in name and isinstance(value, float)]
+        for name in rates:
+            setattr(module, name, 0.0)
+
+
 def _with_adapters(model: torch.nn.Module, lora: LoraConfig) -> torch.nn.Module:
     """``model`` with PEFT LoRA adapters on ``lora.target_modules``; only the adapters require gradients (B starts
     at zero, so the policy starts unchanged)."""
@@ -114,6 +127,7 @@ class FSDPEngine:
         torch.manual_seed(spec.seed)
         self.model = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)
         self.model.config.use_cache = False
+        _disable_dropout(self.model)
         if spec.lora is not None:
             self.model = _with_adapters(self.model, spec.lora)
         if spec.gradient_checkpointing:
