@@ -169,6 +169,7 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_b
     luspo = load_config(recipe_path("arith_tiny"), ["algorithm.loss=gspo", "algorithm.agg=seq-mean-token-sum"])
     args = grpo_arguments(luspo, seed=0, steps=20, out_dir=tmp_path, use_vllm=False)
     assert (args["loss_type"], args["importance_sampling_level"]) == ("luspo", "sequence")
+    assert args["disable_dropout"]  # as Tailor's trainer
     from trl import GRPOConfig
 
     assert GRPOConfig(**args).loss_type == "luspo"  # TRL takes it
