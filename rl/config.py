@@ -44,6 +44,11 @@ class DataConfig(Strict):
         description='"arith" (procedural), a preset name, a hub dataset, or a local file/dir',
     )
     arith: ArithConfig = Field(default_factory=ArithConfig)
+    subset: str | None = Field(
+        default=None,
+        description="a hub dataset's configuration (load_dataset's second argument, TRL's dataset_config), e.g. main "
+        "for openai/gsm8k; test_source's too; None: the dataset's default, or a preset's",
+    )
     train_split: str = Field(default="train", description="split trained on")
     test_split: str = Field(default="test", description="split evaluated on (held out)")
     prompt_field: str | None = Field(
@@ -1178,6 +1183,14 @@ SECTION_VALUES = {"model": "model.path", "data": "data.source"}
 TRL_NAMES = {
     "model_name_or_path": "model.path",
     "dataset_name": "data.source",
+    "dataset_config": "data.subset",
+    "dataset_train_split": "data.train_split",
+    "dataset_test_split": "data.test_split",
+    "use_peft": "train.lora (its keys set the adapters)",
+    "lora_r": "train.lora.rank",
+    "lora_alpha": "train.lora.alpha",
+    "lora_target_modules": "train.lora.target_modules",
+    "dtype": "model.dtype",
     "learning_rate": "train.lr",
     "lr_scheduler_type": "train.lr_schedule (constant, linear or cosine)",
     "warmup_steps": "train.lr_warmup_steps",

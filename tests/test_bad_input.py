@@ -301,6 +301,11 @@ CASES = [
         "log_extra, log_metric); rename it in the data",
     ),
     (
+        "subset_of_a_local_file",
+        lambda t: [*_data_case(t, ROWS), "data.subset=main"],
+        "data.jsonl' is a local path; a subset (a hub dataset's configuration) names none of it",
+    ),
+    (
         "unusual_columns",
         lambda t: _data_case(t, [{"text": f"{n}+1=", "label": str(n + 1)} for n in range(8)]),
         "the first row's columns ['label', 'text']; set data.prompt_field to the column that holds it and "

@@ -344,6 +344,37 @@ def test_preset_resolves_hub_call_and_fields(monkeypatch):
     assert [(r.prompt, r.answer, r.columns) for r in result.rows] == [("p", "7", {"answer": "7", "subject": "alg"})]
 
 
+def test_a_hub_datasets_configuration_is_data_subset(monkeypatch, tmp_path):
+    """data.subset reaches load_dataset (TRL's dataset_config); a hub dataset that needs one and was given none is
+    refused naming its configurations and the key; a local path takes none."""
+    from rl.config import DataConfig
+    from rl.data.source import dataset_rows
+
+    calls = []
+
+    def fake_load_dataset(path, name=None, *, split):
+        calls.append((path, name, split))
+        if name is None:
+            raise ValueError(
+                "Config name is missing.\nPlease pick one among the available configs: ['main', 'socratic']\n"
+                "Example of usage:\n\t`load_dataset('openai/gsm8k', 'main')`"
+            )
+        return datasets.Dataset.from_list([{"question": "q", "answer": "1"}])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr("rl.inputs.hub.offline_unless_reachable", lambda: False)  # as where the Hub answers
+    (row,) = dataset_rows(DataConfig(source="openai/gsm8k", subset="socratic"), "train")
+    assert calls == [("openai/gsm8k", "socratic", "train")] and row.prompt == "q"
+    with pytest.raises(ValueError) as refused:
+        dataset_rows(DataConfig(source="openai/gsm8k"), "train")
+    assert str(refused.value) == (
+        "Config name is missing. Please pick one among the available configs: ['main', 'socratic'] (set data.subset)"
+    )
+    local = _write_jsonl(tmp_path / "d.jsonl", GOOD)
+    with pytest.raises(ValueError, match="is a local path; a subset"):
+        dataset_rows(DataConfig(source=str(local), subset="main"), "train")
+
+
 def test_presets_cover_known_datasets():
     assert {"gsm8k", "math", "math500", "dapo-math", "aime"} <= set(DATASET_PRESETS)
     dapo = DATASET_PRESETS["dapo-math"]

@@ -171,6 +171,8 @@ def _has_system_message(raw: Any) -> bool:
 def _open(source: str, split: str, subset: str | None) -> tuple[Iterable[Any], str]:
     """The records of ``source`` and the default prompt-id prefix for them."""
     path = Path(source).expanduser()
+    if subset is not None and path.exists():
+        raise ValueError(f"{source!r} is a local path; a subset (a hub dataset's configuration) names none of it")
     if path.is_file():
         return _read_file(path), path.stem
     if path.is_dir():
@@ -184,9 +186,11 @@ def _open(source: str, split: str, subset: str | None) -> tuple[Iterable[Any], s
     cache_only = hub.offline_unless_reachable()  # no Hub to ask: the cache at once, not a minute of retries
     try:
         records = datasets.load_dataset(source, subset, split=split)
-    except Exception:
+    except Exception as e:
         if cache_only:
             raise ValueError(f"dataset {hub.not_cached(source)}") from None
+        if "Config name is missing" in str(e):  # the configurations' names are in the message
+            raise ValueError(f"{' '.join(str(e).split('Example of usage')[0].split())} (set data.subset)") from None
         raise
     return records, f"{source.rsplit('/', 1)[-1].lower()}-{split}"
 

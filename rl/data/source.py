@@ -24,6 +24,7 @@ def dataset_rows(cfg: DataConfig, split: str) -> list[PromptRow]:
         split=split,
         prompt_field=cfg.prompt_field,
         answer_field=cfg.answer_field,
+        subset=cfg.subset,
         template=cfg.template,
         limit=cfg.limit,
         system_prompt=cfg.system_prompt,
