@@ -70,6 +70,11 @@ from rl.inputs.inert_settings import inert_settings, warn_of_inert_settings
         ),
         (["rollout.max_tool_calls=2"], ["rollout.max_tool_calls (only with rollout.tools or rollout.environment)"]),
         (
+            ["data.subset=main", "data.prompt_field=q"],
+            ["data.subset, data.prompt_field (only with a data.source other than arith)"],
+        ),
+        (["data.source=gsm8k", "data.subset=socratic", "data.prompt_field=question"], []),
+        (
             ["shaping.avg_redundancy=2", "shaping.long_wait=1.2", "shaping.alpha=0.5", "algorithm.kl_estimator=k1"],
             [
                 "algorithm.kl_estimator (only with algorithm.kl_coef above 0)",

@@ -27,13 +27,14 @@ TOOL_KNOBS = ("max_tool_calls", "tool_timeout_s")
 SAPO_KNOBS = ("sapo_tau_pos", "sapo_tau_neg")  # SAPO's gate, which replaces the clip
 VESPO_KNOBS = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")  # VESPO's sequence weight
 ENTROPY_CONTROL_KNOBS = ("entropy_coef_delta", "entropy_coef_max")  # adaptive entropy control's step and bound
+DATA_FIELDS = ("subset", "prompt_field", "answer_field")  # a dataset's columns and configuration: arith has none
 log = logging.getLogger("rl.config")
 
 
 def inert_settings(cfg: RunConfig) -> list[str]:
     """``KEY, KEY (only with WHAT)`` for the settings given that do nothing with the run's other settings, one entry
     per thing they lack."""
-    a, s, r, ro = cfg.algorithm, cfg.shaping, cfg.reward, cfg.rollout
+    a, s, r, ro, d = cfg.algorithm, cfg.shaping, cfg.reward, cfg.rollout, cfg.data
     rules: list[tuple[str, BaseModel, str, bool, str]] = [
         ("algorithm", a, "norm_len", a.agg != "seq-mean-token-sum-norm", "algorithm.agg=seq-mean-token-sum-norm"),
         ("algorithm", a, "clip_low", a.loss in ("cispo", "sapo", "vespo"), "algorithm.loss=ppo or gspo"),
@@ -51,6 +52,7 @@ def inert_settings(cfg: RunConfig) -> list[str]:
         ("algorithm", a, "dynamic_sampling_max_factor", not a.dynamic_sampling, "algorithm.dynamic_sampling=true"),
         ("algorithm", a, "dynamic_sampling_min_std", not a.dynamic_sampling, "algorithm.dynamic_sampling=true"),
         ("algorithm", a, "dynamic_sampling_pass_rate", not a.dynamic_sampling, "algorithm.dynamic_sampling=true"),
+        *[("data", d, k, d.source == "arith", "a data.source other than arith") for k in DATA_FIELDS],
         ("reward", r, "timeout_s", r.num_workers == 0, "reward.num_workers of 1 or more"),
         ("shaping", s, "avg_redundancy", s.policy == "plain", "a shaping.policy other than plain"),
         *[("shaping", s, k, "darts" not in s.policy, "shaping.policy=darts or darts+sart") for k in DARTS_KNOBS],
