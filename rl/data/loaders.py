@@ -146,10 +146,11 @@ def _usual_fields(label: str, record: dict[str, Any], prompt: str | None, answer
     """The prompt and answer fields for rows like ``record``: a prompt field left unset is the first of
     ``PROMPT_COLUMNS`` it has, an answer field left at ``answer`` where it has none the first of ``ANSWER_COLUMNS``
     it has; what was chosen so is said once. Named fields stay as named."""
-    chosen = prompt is None or (answer == DEFAULT_ANSWER_FIELD and answer not in record)
+    answer_falls_back = answer == DEFAULT_ANSWER_FIELD and answer not in record
+    chosen = prompt is None or answer_falls_back
     if prompt is None:
         prompt = next((name for name in PROMPT_COLUMNS if name in record), PROMPT_COLUMNS[0])
-    if answer == DEFAULT_ANSWER_FIELD and answer not in record:
+    if answer_falls_back:
         answer = next((name for name in ANSWER_COLUMNS if name in record), answer)
     if chosen and prompt in record and (answer is None or answer in record):
         where = f"prompts from column {prompt!r}" + (f", answers from column {answer!r}" if answer else "")
@@ -287,8 +288,8 @@ def _convert(
     return prompt, answer, {k: v for k, v in record.items() if k != prompt_column}
 
 
-PROMPT_COLUMNS = ("prompt", "question", "problem", "query", "instruction")  # what datasets name them, commonly; TRL's
-# GRPOTrainer reads prompt
+# what datasets name these columns, commonly; TRL's GRPOTrainer reads prompt
+PROMPT_COLUMNS = ("prompt", "question", "problem", "query", "instruction")
 ANSWER_COLUMNS = ("answer", "solution", "ground_truth", "target", "reference")
 
 
