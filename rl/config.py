@@ -162,7 +162,7 @@ class RewardConfig(Strict):
 
 class RolloutConfig(Strict):
     num_workers: int = Field(default=1, ge=1, description="rollout workers, one vLLM engine each")
-    max_tokens: int = Field(default=48, ge=1, description="response cap in tokens")
+    max_tokens: int = Field(default=256, ge=1, description="response cap in tokens (TRL's max_completion_length)")
     temperature: float = Field(default=1.0, gt=0, description="sampling temperature")
     top_p: float = Field(default=1.0, gt=0, le=1, description="nucleus sampling mass")
     top_k: int = Field(default=0, ge=0, description="sample among the k likeliest tokens (TRL's top_k); 0: all of them")

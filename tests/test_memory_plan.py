@@ -39,7 +39,7 @@ SMOL_PARAMS = 49152 * 576 + 30 * (576 * 576 * 2 + 2 * 576 * 192 + 3 * 576 * 1536
 
 def _cfg(*overrides: str):
     """The defaults with ``overrides``, and a context of 128 tokens where they give none (as preflight sets it)."""
-    return load_config(None, ["rollout.max_model_len=128", *overrides])
+    return load_config(None, ["rollout.max_model_len=128", "rollout.max_tokens=48", *overrides])
 
 
 def test_parameter_counts_are_the_published_sizes():
