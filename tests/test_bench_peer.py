@@ -173,6 +173,9 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_b
     from trl import GRPOConfig
 
     assert GRPOConfig(**args).loss_type == "luspo"  # TRL takes it
+    sapo = load_config(recipe_path("arith_tiny"), ["algorithm.loss=sapo", "algorithm.agg=seq-mean-token-mean"])
+    args = grpo_arguments(sapo, seed=0, steps=20, out_dir=tmp_path, use_vllm=False)
+    assert (args["loss_type"], args["sapo_temperature_pos"], args["sapo_temperature_neg"]) == ("sapo", 1.0, 1.05)
     scale_rl = load_config(recipe_path("arith_tiny"), ["algorithm.loss=cispo", "algorithm.advantage=grpo-batch"])
     assert grpo_arguments(scale_rl, 0, 20, tmp_path, use_vllm=False)["scale_rewards"] == "batch"
     gdpo = grpo_arguments(load_config(recipe_path("arith_tiny"), ["algorithm.advantage=gdpo"]), 0, 20, tmp_path, False)
@@ -197,7 +200,7 @@ def test_trl_mirrors_overlong_filtering_cispo_batch_scaling_and_the_off_policy_b
     assert "generation_kwargs" not in grpo_arguments(cfg, 0, 20, tmp_path, use_vllm=True)
     for overrides, refused in (
         (["algorithm.loss=cispo", "algorithm.agg=seq-mean-token-mean"], "algorithm.loss=cispo with algorithm.agg"),
-        (["algorithm.loss=sapo"], "algorithm.loss=sapo"),
+        (["algorithm.loss=sapo"], "algorithm.loss=sapo with algorithm.agg=token-mean"),  # TRL's sums per sequence
         (['rollout.stop=[";"]'], "rollout.stop without --peer-vllm"),  # transformers' generation: no stop strings
     ):
         with pytest.raises(ValueError, match=f"cannot mirror {refused}"):

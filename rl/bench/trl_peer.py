@@ -56,6 +56,7 @@ LOSS_TYPES = {
     "seq-mean-token-sum-norm": "dr_grpo",
 }
 SCALE_REWARDS = {"grpo": "group", "drgrpo": "none", "grpo-batch": "batch"}
+LOSS_AGG = {"cispo": "token-mean", "vespo": "token-mean", "sapo": "seq-mean-token-mean"}  # how TRL sums these
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,8 @@ def unsupported(cfg: RunConfig, use_vllm: bool) -> list[str]:
     checks = {
         "rollout.stop without --peer-vllm": bool(cfg.rollout.stop) and not use_vllm,
         f"algorithm.advantage={a.advantage}": a.advantage not in (*SCALE_REWARDS, "gdpo"),
-        f"algorithm.loss={a.loss}": a.loss not in ("ppo", "gspo", "cispo", "vespo"),
-        f"algorithm.loss={a.loss} with algorithm.agg={a.agg}": a.loss in ("cispo", "vespo") and a.agg != "token-mean",
+        f"algorithm.loss={a.loss}": a.loss not in ("ppo", "gspo", "cispo", "sapo", "vespo"),
+        f"algorithm.loss={a.loss} with algorithm.agg={a.agg}": a.agg != LOSS_AGG.get(a.loss, a.agg),
         "algorithm.decoupled=true": a.decoupled,
         "algorithm.dynamic_sampling=true": a.dynamic_sampling,
         "algorithm.ess_lr_scaling=true": a.ess_lr_scaling,
@@ -180,8 +181,10 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         max_grad_norm=t.grad_clip,
         epsilon=a.clip_low,
         epsilon_high=1.0 + a.clip_high if a.loss == "cispo" else a.clip_high,  # TRL's CISPO cap is epsilon_high
-        loss_type=a.loss if a.loss in ("cispo", "vespo") else LOSS_TYPES[a.agg],  # these: token-mean over the batch
+        loss_type=a.loss if a.loss in LOSS_AGG else LOSS_TYPES[a.agg],  # these: LOSS_AGG's sum
         importance_sampling_level="sequence" if a.loss == "gspo" else "token",  # GSPO's ratio; with luspo, LUSPO
+        sapo_temperature_pos=a.sapo_tau_pos,
+        sapo_temperature_neg=a.sapo_tau_neg,
         vespo_k_pos=a.vespo_k_pos,
         vespo_lambda_pos=a.vespo_lambda_pos,
         vespo_k_neg=a.vespo_k_neg,
