@@ -2,6 +2,7 @@
 from a file by the worker as a run loads it, trained on by the real trainer, and refused in one line when it cannot
 load."""
 
+import asyncio
 import json
 
 import pytest
@@ -17,6 +18,7 @@ from small_runs import on_the_warm_engine, small_run
 from rl.cli.main import main
 from rl.inputs.preflight import BadInput, preflight
 from rl.loop.driver import RunFailed, run_training
+from rl.loop.processes import wait_for
 from rl.types import PromptRow
 
 pytestmark = pytest.mark.integration  # starts real Ray or vLLM
@@ -225,4 +227,40 @@ def test_misusing_the_episode_is_one_line_naming_the_workflow(rollout_worker, tm
             group(rollout_worker, f"{path}:{name}", name)
         last = [line for line in str(raised.value).splitlines() if "WorkflowError" in line][-1]
         assert f"rollout.workflow '{path}:{name}': {said}" in last
-    assert ray.get(rollout_worker.stats.remote())["unfinished"] == 0
+    # the turn the failed run left decoding is aborted; the engine drops it at its next step
+    assert wait_for(lambda: ray.get(rollout_worker.stats.remote())["unfinished"] == 0, 10)
+
+
+class HangingEngine:
+    """An engine whose requests decode until aborted, recording the aborts."""
+
+    version = 0
+
+    def __init__(self) -> None:
+        self.aborted: list[str] = []
+
+    async def generate(self, trace, prompt_tokens, sampling, priority=0, on_output=None):
+        while trace.request_id not in self.aborted:
+            await asyncio.sleep(0.01)
+        trace.finish_reason = "abort"
+        return trace
+
+    async def abort(self, request_ids: list[str]) -> None:
+        self.aborted += request_ids
+
+
+def test_a_failed_workflow_aborts_the_turn_it_left_decoding(tiny_model_dir):
+    """asyncio.gather's second generate fails the run while the first still decodes: that turn is aborted with the
+    episode, not left on the engine."""
+    from rl.rollout.user_workflow import UserWorkflow, WorkflowError
+    from rl.rollout.workflow import EpisodeTrace
+    from transformers import AutoTokenizer
+
+    async def two_at_once(episode, row):
+        await asyncio.gather(episode.generate(), episode.generate())
+
+    workflow = UserWorkflow("w.py:two_at_once", two_at_once, AutoTokenizer.from_pretrained(tiny_model_dir), {})
+    engine = HangingEngine()
+    with pytest.raises(WorkflowError, match="generate while another turn of the episode samples"):
+        asyncio.run(workflow.run(engine, EpisodeTrace("g-0"), ROW, SamplingSpec(max_tokens=8)))
+    assert engine.aborted == ["g-0-t0"]
