@@ -154,7 +154,8 @@ async def run_members(
     time the group's longest running sample passes a multiple of k generated tokens: decisions on the token clock,
     the same on any device. Without, or when the group has no spare (launched ≤ M: a controller stops a running
     sample only while M others can still be kept), requests are not streamed and the controller sees finish events
-    only. If a sample's run raises, the others are stopped and their requests aborted before the error goes on.
+    only. If a sample's run raises, the others are stopped, and every request still decoding (one the failed run
+    left behind too) is aborted before the error goes on.
     """
     aborted: set[int] = set()
     scorer = _Scorer(score_texts, group_id) if score_texts else None
@@ -197,10 +198,13 @@ async def run_members(
     finally:
         if ticker:
             ticker.cancel()
-        pending = [t for t in tasks if not t.done()]
-        if pending:  # a sample's run raised (or the group was cancelled): nothing may keep running on the engine
-            await engine.abort([r for t in traces if t.finish_reason is None for r in t.stop()])
-            for task in pending:
+        # a sample's run raised (or the group was cancelled): nothing may keep running on the engine, neither the
+        # samples still pending nor a turn an episode that raised left decoding (asyncio.gather's other half)
+        live = [r for t in traces if t.finish_reason is None for r in t.stop()]
+        if live:
+            await engine.abort(live)
+        for task in tasks:
+            if not task.done():
                 task.cancel()
     return controller.kept(), scorer
 

@@ -163,11 +163,10 @@ class UserWorkflow:
         arguments = reset_arguments(row)
         try:
             returned = await self.user_run(episode, arguments)
+        except WorkflowError as e:
+            raise WorkflowError(f"rollout.workflow {self.spec!r}: {e}") from None
         except Exception as e:
-            if left := trace.stop():  # a turn the failed run did not await (asyncio.gather's other half) ends too
-                await engine.abort(left)
-            said = f": {e}" if isinstance(e, WorkflowError) else f" raised {type(e).__name__}: {e}"
-            raise WorkflowError(f"rollout.workflow {self.spec!r}{said}") from None
+            raise WorkflowError(f"rollout.workflow {self.spec!r} raised {type(e).__name__}: {e}") from None
         if not trace.turns:
             raise WorkflowError(f"rollout.workflow {self.spec!r}: an episode ended without a generate call")
         extras = self._extras(returned, arguments)

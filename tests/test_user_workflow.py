@@ -250,10 +250,10 @@ class HangingEngine:
 
 
 def test_a_failed_workflow_aborts_the_turn_it_left_decoding(tiny_model_dir):
-    """asyncio.gather's second generate fails the run while the first still decodes: that turn is aborted with the
-    episode, not left on the engine."""
+    """asyncio.gather's second generate fails the run while the first still decodes: the group ends with that turn
+    aborted, not left on the engine."""
     from rl.rollout.user_workflow import UserWorkflow, WorkflowError
-    from rl.rollout.workflow import EpisodeTrace
+    from rl.rollout.workflow import run_episodes
     from transformers import AutoTokenizer
 
     async def two_at_once(episode, row):
@@ -261,6 +261,7 @@ def test_a_failed_workflow_aborts_the_turn_it_left_decoding(tiny_model_dir):
 
     workflow = UserWorkflow("w.py:two_at_once", two_at_once, AutoTokenizer.from_pretrained(tiny_model_dir), {})
     engine = HangingEngine()
+    controller = PlainController(GroupPlan("w", 1, 1))
     with pytest.raises(WorkflowError, match="generate while another turn of the episode samples"):
-        asyncio.run(workflow.run(engine, EpisodeTrace("g-0"), ROW, SamplingSpec(max_tokens=8)))
+        asyncio.run(run_episodes(engine, "g", workflow, ROW, SamplingSpec(max_tokens=8), controller))
     assert engine.aborted == ["g-0-t0"]
