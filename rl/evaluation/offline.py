@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,6 @@ from rl.inputs.preflight import (
     load_rewards,
     model_positions,
     prompt_encoder,
-    prompt_ids,
 )
 from rl.inputs.prompting import PromptEncoder
 from rl.loop.checkpoint import CONFIG_FILE, complete_checkpoints, is_complete_checkpoint
@@ -37,6 +37,7 @@ from rl.rewards.hooks import RewardState
 from rl.rewards.pool import RewardPool
 from rl.rollout.engine import EngineSpec
 from rl.rollout.episode_settings import episode_settings
+from rl.rollout.tool_workflow import ToolSettings
 from rl.types import PromptRow
 
 log = logging.getLogger("rl.eval")
@@ -127,6 +128,15 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
             cfg.model_copy(update={"rollout": cfg.rollout.model_copy(update={"max_model_len": context})}), model_dir
         )
     return EvalInputs(model_dir, encoder, rows, context)
+
+
+def prompt_ids(cfg: RunConfig, encoder: PromptEncoder) -> Callable[[PromptRow], list[int]]:
+    """A row's prompt tokens as the engine gets them: with tools, the episode's first prompt (their schemas in);
+    otherwise, a user workflow's too, the prompt as a single-turn run renders it (the workflow is not made here)."""
+    tools = episode_settings(cfg)
+    return (
+        tools.build(encoder.tokenizer).prompt if isinstance(tools, ToolSettings) else lambda r: encoder.encode(r.prompt)
+    )
 
 
 def same_source(a: str, b: str) -> bool:

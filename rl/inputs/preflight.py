@@ -75,8 +75,8 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
     encoder = prompt_encoder(cfg, model_dir, cfg.model.path)
     check_chat_template(encoder, cfg, train, f"model.path {cfg.model.path!r}")
     extra_columns = check_tools(cfg, encoder, train + test)  # held-out rows run episodes too
-    tokens = prompt_ids(cfg, encoder)
-    train_lengths, test_lengths = [len(tokens(r)) for r in train], [len(tokens(r)) for r in test]
+    train_lengths = [len(encoder.encode(r.prompt)) for r in train]  # the tools' schemas in: check_tools set them
+    test_lengths = [len(encoder.encode(r.prompt)) for r in test]
     context = size_context(cfg, model_dir, max(train_lengths + test_lengths))
     train = fitting_rows(train, train_lengths, cfg.rollout, "training")
     test = fitting_rows(test, test_lengths, cfg.rollout, "held-out")
@@ -400,18 +400,6 @@ def size_context(cfg: RunConfig, model_dir: str, longest: int) -> str:
     r.max_model_len = needed if positions is None else min(needed, positions)
     within = f", within the model's {positions} positions" if needed > r.max_model_len else ""
     return f"; context {r.max_model_len} tokens (the longest prompt, {longest}, + rollout.max_tokens{within})"
-
-
-def prompt_ids(cfg: RunConfig, encoder: PromptEncoder) -> Callable[[PromptRow], list[int]]:
-    """A row's prompt tokens as the engine gets them: with tools, the episode's first prompt (their schemas in);
-    otherwise, a user workflow's too, the prompt as a single-turn run renders it (the workflow is not made here)."""
-    from rl.rollout.episode_settings import episode_settings
-    from rl.rollout.tool_workflow import ToolSettings
-
-    tools = episode_settings(cfg)
-    return (
-        tools.build(encoder.tokenizer).prompt if isinstance(tools, ToolSettings) else lambda r: encoder.encode(r.prompt)
-    )
 
 
 def model_positions(model_dir: str) -> int | None:
