@@ -36,6 +36,31 @@ class ModelConfig(Strict):
         default="auto",
         description="auto: float32 on CPU, bfloat16 on GPU",
     )
+    revision: str | None = Field(
+        default=None,
+        description="a hub model's branch, tag or commit (TRL's model_init_kwargs revision): the trainer, the engines "
+        "and the tokenizer all load that version; None: the default branch. Hub names only",
+    )
+    trust_remote_code: bool = Field(
+        default=False,
+        description="let transformers and vLLM run the Python code a model's repository ships, for an architecture "
+        "or tokenizer they do not include (TRL's model_init_kwargs trust_remote_code); only for code you trust",
+    )
+
+    @model_validator(mode="after")
+    def _revision_of_a_hub_model(self) -> ModelConfig:
+        if self.revision is not None and self.path.startswith(("builtin:", "dummy:")):
+            raise ValueError(f"model.revision picks a version of a hub model; {self.path} is built here: remove it")
+        return self
+
+    def load_kwargs(self, model_dir: str) -> dict[str, Any]:
+        """``from_pretrained``'s keyword arguments for ``model_dir`` (this model, resolved; or a checkpoint of it):
+        ``trust_remote_code`` always (left unset, transformers asks y/N on a terminal, and waits), the revision
+        where it is a hub name."""
+        kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
+        if self.revision is not None and not Path(model_dir).expanduser().exists():
+            kwargs["revision"] = self.revision
+        return kwargs
 
 
 class DataConfig(Strict):
@@ -1239,7 +1264,9 @@ TRL_NAMES = {
     "per_device_train_batch_size": "train.batch_groups (prompts per step; each gets shaping.m_keep samples)",
     "generation_batch_size": "train.batch_groups x shaping.m_keep (the samples of one step)",
     "steps_per_generation": "train.mini_batches (optimizer updates per generated batch)",
-    "model_init_kwargs": "model.dtype for its dtype",
+    "model_init_kwargs": "model.dtype, model.revision and model.trust_remote_code for those keys",
+    "trust_remote_code": "model.trust_remote_code",
+    "model_revision": "model.revision",
     "save_steps": "train.checkpoint_every",
     "log_completions": "logging.completions_per_step (completions logged each step)",
     "num_generations_eval": "eval.samples",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from rl.config import LoraConfig
 
@@ -20,6 +20,7 @@ class EngineSpec:
     """What an engine is built from (plain data, so it can be sent to a Ray actor)."""
 
     model: str
+    load_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)  # from_pretrained's (ModelConfig.load_kwargs)
     dtype: str = "auto"
     max_model_len: int = 128
     kv_cache_bytes: int = 64 << 20

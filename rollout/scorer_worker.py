@@ -30,6 +30,7 @@ Prompt = str | list[dict[str, str]]
 class ScorerSpec:
     kind: Literal["lm-confidence", "reward-model"]
     model: str  # a local HF directory or a hub name
+    load_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)  # from_pretrained's (ModelConfig.load_kwargs)
     device: str = "cpu"
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: float32 on CPU, bfloat16 on GPU
     batch_size: int = 16  # texts per forward pass
@@ -44,14 +45,14 @@ class ScorerWorker:
 
         t0 = time.monotonic()
         self.spec = spec
-        self.encoder = PromptEncoder(spec.model, spec.template_kwargs)
+        self.encoder = PromptEncoder(spec.model, spec.template_kwargs, spec.load_kwargs)
         self.tokenizer = self.encoder.tokenizer
         full = spec.dtype == "float32" or (spec.dtype == "auto" and spec.device == "cpu")
         dtype = torch.float32 if full else torch.bfloat16
         if spec.kind == "lm-confidence":
-            self.model = AutoModelForCausalLM.from_pretrained(spec.model, dtype=dtype)
+            self.model = AutoModelForCausalLM.from_pretrained(spec.model, dtype=dtype, **spec.load_kwargs)
         elif spec.kind == "reward-model":
-            self.model = AutoModelForSequenceClassification.from_pretrained(spec.model, dtype=dtype)
+            self.model = AutoModelForSequenceClassification.from_pretrained(spec.model, dtype=dtype, **spec.load_kwargs)
             if self.model.config.num_labels != 1:
                 raise ValueError(f"{spec.model}: a reward model needs one label, it has {self.model.config.num_labels}")
             if self.tokenizer.pad_token is None:

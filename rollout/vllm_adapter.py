@@ -46,6 +46,9 @@ class VllmEngine:
         self.cpu = is_cpu_platform()
         kwargs: dict[str, Any] = dict(
             model=spec.model,
+            revision=spec.load_kwargs.get("revision"),
+            tokenizer_revision=spec.load_kwargs.get("revision"),
+            trust_remote_code=spec.load_kwargs.get("trust_remote_code", False),
             max_model_len=spec.max_model_len,
             enforce_eager=spec.enforce_eager,
             seed=spec.seed,

@@ -41,7 +41,7 @@ class RolloutWorker:
         self.startup_s = time.monotonic() - t0
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.model, **spec.load_kwargs)
         self.sync_seconds: list[float] = []
         self.workflows: dict[EpisodeSettings, Workflow] = {}  # built once per settings, on first use
 

@@ -30,6 +30,7 @@ class TrainerSpec:
     """What a train engine is built from (plain data, so it can be sent to a Ray actor)."""
 
     model: str
+    load_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)  # from_pretrained's (ModelConfig.load_kwargs)
     lr: float = _default(TrainConfig, "lr")
     lr_schedule: str = _default(TrainConfig, "lr_schedule")
     lr_warmup_steps: int = _default(TrainConfig, "lr_warmup_steps")
@@ -86,6 +87,7 @@ class TrainerSpec:
         )
         return cls(
             model=model_dir,
+            load_kwargs=cfg.model.load_kwargs(model_dir),
             lr=t.lr,
             lr_schedule=t.lr_schedule,
             lr_warmup_steps=t.lr_warmup_steps,

@@ -118,14 +118,14 @@ class FSDPEngine:
     """``TrainEngine`` on PyTorch: one rank, or FSDP2 over the data-parallel ranks once ``shard`` is called."""
 
     def __init__(self, spec: TrainerSpec, rank: int = 0, world_size: int = 1) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.spec, self.rank, self.world_size = spec, rank, world_size
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         if self.device.type == "cpu":
             torch.set_num_threads(spec.threads)
         torch.manual_seed(spec.seed)
-        self.model = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)
+        self.model = self._pretrained()
         self.model.config.use_cache = False
         _disable_dropout(self.model)
         if spec.lora is not None:
@@ -134,9 +134,9 @@ class FSDPEngine:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.reference = None  # the initial policy (moved toward the policy by ``ref_sync_every``), for a KL term
         if spec.loss.kl_coef > 0:
-            self.reference = AutoModelForCausalLM.from_pretrained(spec.model, dtype=torch.float32).to(self.device)
+            self.reference = self._pretrained()
             self.reference.eval().requires_grad_(False)
-        tok = AutoTokenizer.from_pretrained(spec.model)
+        tok = AutoTokenizer.from_pretrained(spec.model, **spec.load_kwargs)
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.optimizer = self._make_optimizer()
         self.sharded = False  # FSDP2 over the data-parallel ranks (``shard``)
@@ -149,6 +149,13 @@ class FSDPEngine:
         )
         self._waited = 0.0  # this step's seconds waiting for other ranks (``dp_wait_s``)
         self._reset_accumulation()
+
+    def _pretrained(self) -> torch.nn.Module:
+        """The model ``spec.model`` names, in float32 on this rank's device."""
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(self.spec.model, dtype=torch.float32, **self.spec.load_kwargs)
+        return model.to(self.device)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         trainable = [p for p in self.model.parameters() if p.requires_grad]  # with LoRA: the adapters only
@@ -537,7 +544,7 @@ class FSDPEngine:
         if self.syncs_reference:
             os.makedirs(os.path.dirname(os.path.join(path, REFERENCE_WEIGHTS)), exist_ok=True)
             save_file(_cpu_weights(self.reference), os.path.join(path, REFERENCE_WEIGHTS), metadata={"format": "pt"})
-        AutoTokenizer.from_pretrained(self.spec.model).save_pretrained(path)
+        AutoTokenizer.from_pretrained(self.spec.model, **self.spec.load_kwargs).save_pretrained(path)
         rng = {
             "cpu": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],

@@ -217,7 +217,7 @@ def grpo_arguments(cfg: RunConfig, seed: int, steps: int, out_dir: Path, use_vll
         ),
         reward_weights=[f.weight for f in cfg.reward.functions],
         chat_template_kwargs=cfg.data.chat_template_kwargs or None,
-        model_init_kwargs={"dtype": cfg.model.dtype},
+        model_init_kwargs={"dtype": cfg.model.dtype, **cfg.model.load_kwargs(resolve_model(cfg.model.path))},
         disable_dropout=True,  # as Tailor's trainer
         bf16=torch.cuda.is_available(),  # as Tailor's trainer: bf16 autocast on a GPU, float32 on the CPU
         use_vllm=use_vllm,

@@ -134,7 +134,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     def build() -> RunConfig:
         own = run_config is not None and args.recipe is None  # a run's saved config, maybe an earlier version's
-        cfg = load_run_config(run_config, args.set) if own else load_config(recipe_path(recipe), args.set)
+        if own:
+            cfg = load_run_config(run_config, args.set)
+        else:  # the model evaluated is the recipe's model (its model.revision, model.trust_remote_code)
+            model = [f"model.path={args.model}"] if run_config is None else []
+            cfg = load_config(recipe_path(recipe), [*model, *args.set])
         if args.dataset is not None:
             cfg.data.source = args.dataset  # validated on assignment
         return cfg

@@ -388,14 +388,14 @@ def _with(cfg: RunConfig, section: str, **fields: Any) -> RunConfig:
     return cfg.model_copy(update={section: getattr(cfg, section).model_copy(update=fields)})
 
 
-def model_shape(model_dir: str) -> ModelShape | None:
-    """The shape in ``model_dir``'s ``config.json``; for a hub name, the copy in the local Hugging Face cache (no
-    network); None where neither is there."""
+def model_shape(model_dir: str, revision: str | None = None) -> ModelShape | None:
+    """The shape in ``model_dir``'s ``config.json``; for a hub name, the copy of that ``revision`` in the local
+    Hugging Face cache (no network); None where neither is there."""
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         from huggingface_hub import try_to_load_from_cache
 
-        cached = try_to_load_from_cache(model_dir, "config.json")
+        cached = try_to_load_from_cache(model_dir, "config.json", revision=revision)
         if not isinstance(cached, str):
             return None
         path = Path(cached)
@@ -434,7 +434,7 @@ def apply_memory_plan(cfg: RunConfig, model_dir: str) -> RunConfig:
         if gpu is None and cfg.ray.address is None:  # the engines run on this machine's CPU
             check_cpu_kv_cache(cfg, model_dir)
         return cfg
-    shape = model_shape(model_dir)
+    shape = model_shape(model_dir, cfg.model.revision)
     if shape is None:
         print(f"memory plan: skipped, no local config.json for model.path {cfg.model.path!r} yet", flush=True)
         return cfg
@@ -468,7 +468,7 @@ def check_cpu_kv_cache(cfg: RunConfig, model_dir: str) -> None:
     from rl.inputs.preflight import BadInput
 
     try:
-        shape = model_shape(model_dir)
+        shape = model_shape(model_dir, cfg.model.revision)
     except (KeyError, TypeError, ValueError):  # a config.json of fields this plan does not read: left to the engine
         return
     if shape is None:

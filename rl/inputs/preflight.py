@@ -69,6 +69,11 @@ def preflight(cfg: RunConfig, say: bool = True) -> RunInputs:
     if cfg.ray.address is not None:
         check_ray_address(cfg.ray.address)
     model_dir = check_model_path(cfg.model.path)
+    if cfg.model.revision is not None and Path(model_dir).exists():
+        raise BadInput(
+            f"model.revision picks a version of a hub model, and model.path {cfg.model.path!r} is a local folder; "
+            "remove model.revision, or give the hub name"
+        )
     train, test = split_rows(cfg.data)
     _check_column_names(cfg, train)
     functions = load_rewards(cfg)
@@ -301,15 +306,37 @@ def check_output_dir(directory: str | Path, where: str) -> Path:
 
 def prompt_encoder(cfg: RunConfig, model_dir: str, path: str, where: str = "model.path") -> PromptEncoder:
     """The prompt encoder of ``model_dir`` (``path`` as the user gave it, named ``where``) with ``cfg``'s chat
-    template arguments, or a one-line ``BadInput``; a hub name where the Hub cannot be reached is read from the
+    template arguments, or a one-line ``BadInput``, also for a model whose configuration or tokenizer is code of its
+    own that ``model.trust_remote_code`` does not allow; a hub name where the Hub cannot be reached is read from the
     cache only (``hub``)."""
+    from transformers import AutoConfig
+
     cache_only = not Path(model_dir).is_dir() and hub.offline_unless_reachable()  # a hub name, no Hub to ask
+    load_kwargs = cfg.model.load_kwargs(model_dir)
     try:
-        return PromptEncoder(model_dir, cfg.data.chat_template_kwargs)
+        AutoConfig.from_pretrained(model_dir, **load_kwargs)
+    except Exception as e:  # a config only vLLM reads, or a hub name not cached: the engine's, the tokenizer's say
+        if needs_remote_code(e):
+            raise BadInput(f"{where} {path!r} {REMOTE_CODE}") from None
+    try:
+        return PromptEncoder(model_dir, cfg.data.chat_template_kwargs, load_kwargs)
     except Exception as e:
         if cache_only:
             raise BadInput(f"{where} {hub.not_cached(path)}") from None
+        if needs_remote_code(e):
+            raise BadInput(f"{where} {path!r} {REMOTE_CODE}") from None
         raise BadInput(f"{where} {path!r}: cannot load its tokenizer ({_line(e)})") from None
+
+
+REMOTE_CODE = (
+    "ships its own Python code (an architecture or tokenizer transformers does not include); set "
+    "model.trust_remote_code=true if you trust it"
+)
+
+
+def needs_remote_code(e: Exception) -> bool:
+    """Whether transformers refused to load a model because its repository's own code would have to run."""
+    return "trust_remote_code" in str(e)
 
 
 def _check_weight_transport(cfg: RunConfig) -> None:
@@ -383,7 +410,7 @@ def size_context(cfg: RunConfig, model_dir: str, longest: int) -> str:
     left unset, set it (on ``cfg``, which the run then uses throughout): the longest prompt + ``rollout.max_tokens``,
     rounded up to vLLM's 16-token blocks, at most the model's positions (longer prompts are then skipped). Returns
     what was set, for the data line ("" where the recipe gave it)."""
-    r, positions = cfg.rollout, model_positions(model_dir)
+    r, positions = cfg.rollout, model_positions(model_dir, cfg.model.load_kwargs(model_dir))
     if r.max_model_len is not None:
         if positions is not None and r.max_model_len > positions:
             raise BadInput(
@@ -402,13 +429,13 @@ def size_context(cfg: RunConfig, model_dir: str, longest: int) -> str:
     return f"; context {r.max_model_len} tokens (the longest prompt, {longest}, + rollout.max_tokens{within})"
 
 
-def model_positions(model_dir: str) -> int | None:
+def model_positions(model_dir: str, load_kwargs: dict[str, Any]) -> int | None:
     """The longest context the model's config allows, as vLLM reads it; None for a model that scales RoPE or whose
-    config does not load here (left to the engine)."""
+    config does not load here (left to the engine). ``load_kwargs``: ``ModelConfig.load_kwargs``."""
     try:
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(model_dir)
+        config = AutoConfig.from_pretrained(model_dir, **load_kwargs)
         text = config.get_text_config()
     except Exception:
         return None

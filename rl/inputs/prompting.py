@@ -10,12 +10,15 @@ from rl.types import PromptRow, Sample, decoded_message
 class PromptEncoder:
     """Encodes prompts (text or chat messages) to token ids and shapes completions the TRL way."""
 
-    def __init__(self, model: str | Any, template_kwargs: dict[str, Any] | None = None) -> None:
-        """``model``: a model folder, whose tokenizer is loaded, or a loaded tokenizer."""
+    def __init__(
+        self, model: str | Any, template_kwargs: dict[str, Any] | None = None, load_kwargs: dict[str, Any] | None = None
+    ) -> None:
+        """``model``: a model folder or hub name, whose tokenizer is loaded (with ``load_kwargs``:
+        ``ModelConfig.load_kwargs``), or a loaded tokenizer."""
         if isinstance(model, str):
             from transformers import AutoTokenizer
 
-            model = AutoTokenizer.from_pretrained(model)
+            model = AutoTokenizer.from_pretrained(model, **(load_kwargs or {}))
         self.tokenizer = model
         self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs, for every chat rendering
         self._cache: dict[str, list[int]] = {}

@@ -169,6 +169,7 @@ def start_rollout_workers(cfg: RunConfig, model_dir: str, indices: range | None 
 
     spec = EngineSpec(
         model=model_dir,
+        load_kwargs=cfg.model.load_kwargs(model_dir),
         dtype=cfg.model.dtype,
         max_model_len=cfg.rollout.max_model_len,
         kv_cache_bytes=cfg.rollout.kv_cache_bytes,
@@ -226,6 +227,7 @@ def start_scorer(cfg: RunConfig, model_dir: str) -> Any:
     spec = ScorerSpec(
         kind=s.scorer,
         model=resolve_model(s.scorer_model) if s.scorer_model else model_dir,
+        load_kwargs={} if s.scorer_model else cfg.model.load_kwargs(model_dir),
         device="cuda" if s.scorer_gpus > 0 else "cpu",
         dtype=cfg.model.dtype,
         template_kwargs=cfg.data.chat_template_kwargs,
