@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rl.algorithm.advantages import is_group_local
+from rl.algorithm.loss_names import Aggregation, Correction, KlEstimator, LossKind
 from rl.data.arith import ArithConfig
 from rl.rewards.model import RewardModelSpec
 from rl.rollout.cpu_cores import parse_cores
@@ -567,7 +568,7 @@ class AlgorithmConfig(Strict):
         description="advantage estimator; gdpo normalizes each reward function within its group before the "
         "weighted sum (TRL's multi_objective_aggregation=normalize_then_sum); docs/algorithms.md",
     )
-    loss: Literal["ppo", "gspo", "cispo", "sapo", "vespo"] = Field(
+    loss: LossKind = Field(
         default="ppo",
         description="ppo: token-level clipped ratio; gspo: sequence-level ratio; cispo: the token ratio, capped at 1"
         " + clip_high, as a detached weight on A * log pi (MiniMax-M1), so capped tokens still learn; sapo: no clip,"
@@ -619,7 +620,7 @@ class AlgorithmConfig(Strict):
     )
     vespo_k_neg: float = Field(default=3.0, gt=0, description="VESPO, negative advantages: as vespo_k_pos")
     vespo_lambda_neg: float = Field(default=2.0, gt=0, description="VESPO, negative advantages: as vespo_lambda_pos")
-    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = Field(
+    agg: Aggregation = Field(
         default="token-mean",
         description="how token losses are averaged: over all tokens; per sequence, then over sequences; summed per "
         "sequence, then averaged over sequences (with loss=gspo: LUSPO, TRL's luspo); or summed per sequence over "
@@ -639,7 +640,7 @@ class AlgorithmConfig(Strict):
         "ppo_epochs give several); on arith_tiny at max_staleness=4 with one update coupled learned "
         "best (see the issue-6 note).",
     )
-    correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = Field(
+    correction: Correction = Field(
         default="none",
         description="off-policy importance weights on tokens or sequences: truncated (tis) or masked (mis); needs"
         " decoupled",
@@ -653,7 +654,7 @@ class AlgorithmConfig(Strict):
         "mask_truncated_completions",
     )
     kl_coef: float = Field(default=0.0, ge=0, description="KL to the frozen initial policy")
-    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+    kl_estimator: KlEstimator = Field(
         default="k3",
         description="estimator of the KL term (k1, k2, k3 of Schulman's note)",
     )

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
+from rl.algorithm.loss_names import Aggregation, Correction, KlEstimator, LossKind
 from rl.algorithm.off_policy import ess_ratio, sequence_weights, token_weights
 
 # Stats combined with max, and with min, (not a sum) across micro-batches and ranks.
@@ -92,17 +93,17 @@ class LossSpec:
     outside ``[1/cap, cap]`` (mis). ``decoupled``: use ``proximal_logprobs`` as the clip anchor when given.
     """
 
-    kind: Literal["ppo", "gspo", "cispo", "sapo", "vespo"] = "ppo"
+    kind: LossKind = "ppo"
     clip_low: float = 0.2
     clip_high: float = 0.28
-    agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = "token-mean"
+    agg: Aggregation = "token-mean"
     norm_len: int | None = None
     kl_coef: float = 0.0
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: KlEstimator = "k3"
     kl_correction: bool = False
     entropy_coef: float = 0.0
     top_entropy_quantile: float = 1.0
-    correction: Literal["none", "tis-token", "tis-seq", "mis-token", "mis-seq"] = "none"
+    correction: Correction = "none"
     correction_cap: float = 2.0
     decoupled: bool = True
     dual_clip: float | None = None
@@ -115,10 +116,10 @@ class LossSpec:
     vespo_lambda_neg: float = 2.0
 
     def __post_init__(self) -> None:
-        _one_of("kind", self.kind, ("ppo", "gspo", "cispo", "sapo", "vespo"))
-        _one_of("agg", self.agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"))
-        _one_of("kl_estimator", self.kl_estimator, ("k1", "k2", "k3"))
-        _one_of("correction", self.correction, ("none", "tis-token", "tis-seq", "mis-token", "mis-seq"))
+        _one_of("kind", self.kind, get_args(LossKind))
+        _one_of("agg", self.agg, get_args(Aggregation))
+        _one_of("kl_estimator", self.kl_estimator, get_args(KlEstimator))
+        _one_of("correction", self.correction, get_args(Correction))
         if not (0.0 <= self.clip_low < 1.0) or self.clip_high < 0.0:
             raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.agg == "seq-mean-token-sum-norm" and (self.norm_len is None or self.norm_len <= 0):
