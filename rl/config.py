@@ -51,7 +51,7 @@ class ModelConfig(Strict):
     @model_validator(mode="after")
     def _revision_of_a_hub_model(self) -> ModelConfig:
         if self.revision is not None and self.path.startswith(("builtin:", "dummy:")):
-            raise ValueError(f"model.revision picks a version of a hub model; {self.path} is built here: remove it")
+            raise ValueError(f"revision picks a version of a hub model, and {self.path} is built here; remove revision")
         return self
 
     def load_kwargs(self, model_dir: str) -> dict[str, Any]:

@@ -83,7 +83,10 @@ def test_load_kwargs_pin_hub_names_only_and_a_revision_needs_a_hub_model(tmp_pat
     assert pinned.load_kwargs(REPO) == {"revision": REVISION, "trust_remote_code": True}
     assert pinned.load_kwargs(str(tmp_path)) == {"trust_remote_code": True}  # a checkpoint of it: a local folder
     assert ModelConfig(path=REPO).load_kwargs(REPO) == {"trust_remote_code": False}  # never asked on a terminal
-    with pytest.raises(ValueError, match="model.revision picks a version of a hub model; builtin:arith-tiny is built"):
+    with pytest.raises(
+        ValueError,
+        match="revision picks a version of a hub model, and builtin:arith-tiny is built here; remove revision",
+    ):
         ModelConfig(path="builtin:arith-tiny", revision="v1")
 
 
