@@ -141,3 +141,13 @@ def test_trainer_and_engine_load_the_revision(offline_hub, ray_session, encode):
     finally:
         ray_session.get(engine.shutdown.remote())
         ray_session.kill(engine)
+
+
+def test_the_rollout_bench_loads_the_recipes_model_at_its_revision(offline_hub):
+    from rl.bench.rollout import RolloutBench, RolloutBenchConfig
+
+    pinned = [f"model.path={REPO}", f"model.revision={REVISION}", "model.trust_remote_code=true"]
+    cfg = RolloutBenchConfig(recipe="recipes/arith_tiny.yaml", recipe_overrides=pinned, model=REPO, prompts=2)
+    assert RolloutBench(cfg, REPO).engine_spec().load_kwargs == {"revision": REVISION, "trust_remote_code": True}
+    other = cfg.model_copy(update={"recipe_overrides": []})  # --model, not the recipe's: loaded as it is
+    assert RolloutBench(other, REPO).engine_spec().load_kwargs == {"trust_remote_code": False}

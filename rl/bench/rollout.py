@@ -44,6 +44,7 @@ from rl.bench.records import SampleRecord, pass_metrics
 from rl.bench.summary import build_summary, markdown
 from rl.config import (
     ENGINE_SEED_MAX,
+    ModelConfig,
     RolloutConfig,
     RunConfig,
     ShapingConfig,
@@ -271,7 +272,11 @@ class RolloutBench:
         self.cfg = cfg
         self.model_dir = model_dir
         run = load_config(cfg.recipe, cfg.recipe_overrides) if cfg.recipe is not None else None
-        self.encoder = PromptEncoder(model_dir, run.data.chat_template_kwargs if run is not None else None)
+        model = run.model if run is not None and run.model.path == cfg.model else ModelConfig(path=cfg.model)
+        self.load_kwargs = model.load_kwargs(model_dir)  # the recipe's model: its revision, its own code allowed
+        self.encoder = PromptEncoder(
+            model_dir, run.data.chat_template_kwargs if run is not None else None, self.load_kwargs
+        )
         self.enforce_eager = EngineSpec.enforce_eager
         chat = self.encoder.tokenizer.chat_template is not None
         if run is not None:
@@ -311,6 +316,7 @@ class RolloutBench:
         clocks = [mode_shaping(cfg, m).progress_tokens for m in cfg.modes]
         return EngineSpec(
             model=self.model_dir,
+            load_kwargs=self.load_kwargs,
             max_model_len=max_len,
             kv_cache_bytes=kv,
             seed=cfg.seed,
