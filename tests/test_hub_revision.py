@@ -117,13 +117,15 @@ def test_the_checks_read_the_revisions_files_and_ask_before_running_its_code(off
 
 
 @pytest.mark.integration
-def test_trainer_and_engine_load_the_revision(offline_hub, ray_session, encode):
-    """The engine's log-probs equal the trainer's at the revision (both loaded it), and differ from main's."""
+def test_trainer_and_engine_load_the_revision(offline_hub, ray_session, encode, tmp_path):
+    """The engine's log-probs equal the trainer's at the revision (both loaded it), and differ from main's; the
+    trainer's checkpoint carries the model's own code, so transformers loads it as it loaded the model."""
     from rl.rollout.engine import EngineSpec
     from rl.rollout.worker import remote_rollout_worker
     from rl.trainer.engine import TrainerSpec
     from rl.trainer.worker import TrainerWorker
     from test_weight_sync import mean_abs_gap, sample_once
+    from transformers import AutoModelForCausalLM
 
     cfg = _hub_config(f"model.revision={REVISION}", "model.trust_remote_code=true")
     load_kwargs = cfg.model.load_kwargs(REPO)
@@ -138,6 +140,8 @@ def test_trainer_and_engine_load_the_revision(offline_hub, ray_session, encode):
         assert mean_abs_gap(pinned, samples, prompt) < 1e-3
         assert mean_abs_gap(main, samples, prompt) > 1e-2
         assert np.isfinite([lp for s in samples for lp in s.logprobs]).all()
+        saved = pinned.engine.save(str(tmp_path / "checkpoint"))
+        assert type(AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True)).__name__ == "TinyForCausalLM"
     finally:
         ray_session.get(engine.shutdown.remote())
         ray_session.kill(engine)

@@ -68,6 +68,17 @@ def _left_pad(values: torch.Tensor, n: int) -> torch.Tensor:
     return torch.nn.functional.pad(values, (n, 0)) if n else values
 
 
+def _save_model_code(model: torch.nn.Module, path: str) -> None:
+    """The Python files of a model whose repository ships its own classes (``model.trust_remote_code``), written into
+    the checkpoint ``path`` as ``save_pretrained`` writes them: transformers then loads the checkpoint as it loaded the
+    model (the config's own code ``config.save_pretrained`` writes by itself)."""
+    from transformers.dynamic_module_utils import custom_object_save
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under LoRA: the model it wraps
+    if getattr(base, "_auto_class", None) is not None:
+        custom_object_save(base, path, config=base.config)
+
+
 def _disable_dropout(model: torch.nn.Module) -> None:
     """Every dropout of ``model`` off, in train mode too: its ``nn.Dropout`` layers and the rates its modules keep as
     numbers (attention's ``attention_dropout``). The trainer's log-probs are then the engine's, which has no
@@ -537,6 +548,7 @@ class FSDPEngine:
         if self.rank > 0:
             return path
         os.makedirs(path, exist_ok=True)
+        _save_model_code(self.model, path)
         self.model.config.save_pretrained(path)
         save_file(weights, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
         if self.spec.lora is not None:  # the merged model above is what rl eval serves; training resumes from these

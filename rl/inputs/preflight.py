@@ -315,7 +315,7 @@ def prompt_encoder(cfg: RunConfig, model_dir: str, path: str, where: str = "mode
     load_kwargs = cfg.model.load_kwargs(model_dir)
     try:
         AutoConfig.from_pretrained(model_dir, **load_kwargs)
-    except Exception as e:  # a config only vLLM reads, or a hub name not cached: the engine's, the tokenizer's say
+    except Exception as e:  # anything else is the tokenizer's load's to say, or the engine's (a config only vLLM reads)
         if needs_remote_code(e):
             raise BadInput(f"{where} {path!r} {REMOTE_CODE}") from None
     try:
