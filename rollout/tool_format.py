@@ -54,12 +54,16 @@ class ChatTemplateFormat:
     ``<|eom_id|>``)."""
 
     def __init__(
-        self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None, tool_parser: str | None = None
+        self,
+        tokenizer: Any,
+        template_kwargs: dict[str, Any] | None = None,
+        tool_parser: str | None = None,
+        revision: str | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})  # data.chat_template_kwargs
         self.end_of_turn = tokenizer.eos_token_id
-        self.turn_ends = frozenset({self.end_of_turn, *generation_eos(tokenizer)})
+        self.turn_ends = frozenset({self.end_of_turn, *generation_eos(tokenizer, revision)})
         self.reader: CallReader = (
             VllmToolParser(tool_parser, tokenizer) if tool_parser else call_reader(tokenizer, self.template_kwargs)
         )
@@ -153,12 +157,13 @@ class ChatTemplateFormat:
         )
 
 
-def generation_eos(tokenizer: Any) -> list[int]:
-    """The end-of-sequence ids of the generation config beside the tokenizer's files (none where it has none)."""
+def generation_eos(tokenizer: Any, revision: str | None = None) -> list[int]:
+    """The end-of-sequence ids of the generation config beside the tokenizer's files, of the hub ``revision`` the
+    tokenizer was loaded at (``model.revision``; none where it has none)."""
     from transformers import GenerationConfig
 
     try:
-        eos = GenerationConfig.from_pretrained(tokenizer.name_or_path).eos_token_id
+        eos = GenerationConfig.from_pretrained(tokenizer.name_or_path, revision=revision).eos_token_id
     except (OSError, ValueError):  # no generation_config.json (a tokenizer built in memory, a model without one)
         return []
     return [eos] if isinstance(eos, int) else list(eos or [])

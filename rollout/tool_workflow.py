@@ -135,6 +135,7 @@ class ToolSettings:
     base_dir: str  # relative file specs are resolved against it
     template_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)  # data.chat_template_kwargs
     tool_parser: str | None = None  # rollout.tool_parser: vLLM's parser of that name reads the calls
+    revision: str | None = None  # model.revision: the generation config's end-of-turn ids are that version's
 
     @staticmethod
     def of(cfg: RunConfig) -> ToolSettings | None:
@@ -144,7 +145,16 @@ class ToolSettings:
         if not r.tools and r.environment is None:
             return None
         env = tuple(sorted(r.environment.items())) if isinstance(r.environment, dict) else r.environment
-        return ToolSettings(tuple(r.tools), env, r.max_tool_calls, r.tool_timeout_s, os.getcwd(), kwargs, r.tool_parser)
+        return ToolSettings(
+            tuple(r.tools),
+            env,
+            r.max_tool_calls,
+            r.tool_timeout_s,
+            os.getcwd(),
+            kwargs,
+            r.tool_parser,
+            cfg.model.revision,
+        )
 
     def specs(self) -> dict[str | None, str]:
         """The environment specs by name (the key None: the one environment of every row)."""
@@ -162,7 +172,7 @@ class ToolSettings:
         """The workflow, through ``tokenizer``'s chat template, its calls read in the syntax the template writes (or
         by vLLM's ``tool_parser``)."""
         tools, environments = self.load()
-        fmt = ChatTemplateFormat(tokenizer, self.template_kwargs, self.tool_parser)
+        fmt = ChatTemplateFormat(tokenizer, self.template_kwargs, self.tool_parser, self.revision)
         return ToolWorkflow(fmt, tools, environments, self.max_tool_calls, self.timeout_s)
 
 

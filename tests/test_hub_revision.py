@@ -3,8 +3,8 @@
 
 No hub is reachable here: a Hugging Face cache is built in a temporary folder, read offline as the libraries read
 the real one. Its repository ``tailor-tests/arith-tiny`` holds the tiny model at ``main``, and at ``REVISION``
-other weights, 192 positions instead of 256, and configuration and model classes of its own code (``auto_map``;
-vLLM runs it as the Qwen2 its ``architectures`` names).
+other weights, 192 positions instead of 256, one more end-of-sequence id, and configuration and model classes of its
+own code (``auto_map``; vLLM runs it as the Qwen2 its ``architectures`` names).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from rl.inputs.preflight import BadInput, preflight
 
 REPO = "tailor-tests/arith-tiny"
 MAIN, REVISION = "a" * 40, "b" * 40
+EOT = 16  # an end-of-sequence id the revision's generation config adds to main's 2
 CODE = {
     "configuration_tiny.py": "from transformers import Qwen2Config\n\n\nclass TinyConfig(Qwen2Config):\n"
     '    model_type = "tailor_tiny"\n',
@@ -48,6 +49,7 @@ def hub_cache(tiny_model_dir, tmp_path_factory) -> Path:
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     model.config.max_position_embeddings = 192
+    model.generation_config.eos_token_id = [2, EOT]  # a turn also ends on EOT there
     model.save_pretrained(other)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(Path(tiny_model_dir) / name, other / name)
@@ -155,3 +157,15 @@ def test_the_rollout_bench_loads_the_recipes_model_at_its_revision(offline_hub):
     assert RolloutBench(cfg, REPO).engine_spec().load_kwargs == {"revision": REVISION, "trust_remote_code": True}
     other = cfg.model_copy(update={"recipe_overrides": []})  # --model, not the recipe's: loaded as it is
     assert RolloutBench(other, REPO).engine_spec().load_kwargs == {"trust_remote_code": False}
+
+
+def test_tool_turns_end_on_the_revisions_end_of_sequence_ids(offline_hub):
+    from rl.rollout.tool_format import generation_eos
+    from rl.rollout.tool_workflow import ToolSettings
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(REPO, revision=REVISION, trust_remote_code=True)
+    assert generation_eos(tokenizer, REVISION) == [2, EOT]
+    assert generation_eos(tokenizer) == [2]  # main's
+    cfg = _hub_config(f"model.revision={REVISION}", "rollout.tools=[builtins:abs]")
+    assert ToolSettings.of(cfg).revision == REVISION  # what the rollout workers build their episodes' turns with

@@ -531,9 +531,9 @@ def tool_format(cfg: RunConfig, encoder: PromptEncoder) -> ChatTemplateFormat:
 
     name = cfg.rollout.tool_parser
     if name is None:
-        return ChatTemplateFormat(encoder.tokenizer, encoder.template_kwargs)
+        return ChatTemplateFormat(encoder.tokenizer, encoder.template_kwargs, revision=cfg.model.revision)
     try:
-        fmt = ChatTemplateFormat(encoder.tokenizer, encoder.template_kwargs, name)
+        fmt = ChatTemplateFormat(encoder.tokenizer, encoder.template_kwargs, name, cfg.model.revision)
     except ValueError as e:
         raise BadInput(f"rollout.tool_parser: {e}") from None
     texts = _probe_texts(encoder)
