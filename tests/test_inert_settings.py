@@ -75,6 +75,11 @@ from rl.inputs.inert_settings import inert_settings, warn_of_inert_settings
         ),
         (["data.source=gsm8k", "data.subset=socratic", "data.prompt_field=question"], []),
         (
+            ["model.trust_remote_code=true"],
+            ["model.trust_remote_code (only with a local or hub model.path: a builtin ships no code)"],
+        ),
+        (["model.path=Qwen/Qwen2.5-0.5B-Instruct", "model.trust_remote_code=true"], []),
+        (
             ["shaping.avg_redundancy=2", "shaping.long_wait=1.2", "shaping.alpha=0.5", "algorithm.kl_estimator=k1"],
             [
                 "algorithm.kl_estimator (only with algorithm.kl_coef above 0)",
