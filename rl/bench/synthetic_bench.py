@@ -67,6 +67,7 @@ class SyntheticRolloutBench(RolloutBench):
         assert cfg.lengths is not None  # the config's validation requires it for a dummy model
         self.cfg = cfg
         self.model_dir = model_dir
+        self.load_kwargs = {}  # a config-only model built here: no hub revision, no code of its own
         self.encoder = None
         self.enforce_eager = EngineSpec.enforce_eager
         vocab = vocab_size(model_dir)
