@@ -75,7 +75,7 @@ def run_dp_balance_bench(cfg: RunConfig, model_dir: str, opts: BalanceBenchOptio
 
     from rl.loop.actors import form_process_group, place_trainers, start_ray
 
-    vocab = AutoConfig.from_pretrained(model_dir).vocab_size
+    vocab = AutoConfig.from_pretrained(model_dir, **cfg.model.load_kwargs(model_dir)).vocab_size
     start_ray(cfg)
     trainers, _ = place_trainers(cfg, model_dir)  # the group goes with Ray when this process ends
     asyncio.run(form_process_group(trainers))
