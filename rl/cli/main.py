@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import sys
@@ -137,7 +138,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if own:
             cfg = load_run_config(run_config, args.set)
         else:  # the model evaluated is the recipe's model (its model.revision, model.trust_remote_code)
-            model = [f"model.path={args.model}"] if run_config is None else []
+            model = [f"model.path={json.dumps(args.model)}"] if run_config is None else []  # quoted: any path
             cfg = load_config(recipe_path(recipe), [*model, *args.set])
         if args.dataset is not None:
             cfg.data.source = args.dataset  # validated on assignment
