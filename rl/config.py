@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rl.algorithm.advantages import is_group_local
 from rl.algorithm.loss_names import Aggregation, Correction, KlEstimator, LossKind
 from rl.data.arith import ArithConfig
+from rl.models import built_here
 from rl.rewards.model import RewardModelSpec
 from rl.rollout.cpu_cores import parse_cores
 from rl.shaping import defaults as shaping_defaults
@@ -50,7 +51,7 @@ class ModelConfig(Strict):
 
     @model_validator(mode="after")
     def _revision_of_a_hub_model(self) -> ModelConfig:
-        if self.revision is not None and self.path.startswith(("builtin:", "dummy:")):
+        if self.revision is not None and built_here(self.path):
             raise ValueError(f"revision picks a version of a hub model, and {self.path} is built here; remove revision")
         return self
 

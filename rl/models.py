@@ -44,10 +44,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TAILOR_CACHE", Path.home() / ".cache" / "tailor"))
 
 
+def built_here(name: str) -> bool:
+    """Whether the model ``name`` is built on this machine (``builtin:NAME``, ``dummy:NAME``): no hub version, no code
+    of its own."""
+    return name.startswith((BUILTIN_PREFIX, "dummy:"))
+
+
 def resolve_model(name: str) -> str:
     """Local directory for a model name, building a builtin one on first use (``dummy:NAME``: a config-only folder,
     rl/model_shapes.py). ``ValueError`` (one line) for an unknown builtin, or a cache it cannot be built in."""
-    if not name.startswith((BUILTIN_PREFIX, "dummy:")):
+    if not built_here(name):
         return name
     build = _builder(name)
     try:

@@ -9,7 +9,7 @@ import logging
 from pydantic import BaseModel
 
 from rl.config import RunConfig
-from rl.models import BUILTIN_PREFIX
+from rl.models import built_here
 
 DARTS_KNOBS = (
     "max_redundancy",
@@ -36,9 +36,8 @@ def inert_settings(cfg: RunConfig) -> list[str]:
     """``KEY, KEY (only with WHAT)`` for the settings given that do nothing with the run's other settings, one entry
     per thing they lack."""
     a, s, r, ro, d, m = cfg.algorithm, cfg.shaping, cfg.reward, cfg.rollout, cfg.data, cfg.model
-    built_here = m.path.startswith((BUILTIN_PREFIX, "dummy:"))  # these ship no code of their own
     rules: list[tuple[str, BaseModel, str, bool, str]] = [
-        ("model", m, "trust_remote_code", built_here, "a local or hub model.path: a builtin ships no code"),
+        ("model", m, "trust_remote_code", built_here(m.path), "a local or hub model.path: a builtin ships no code"),
         ("algorithm", a, "norm_len", a.agg != "seq-mean-token-sum-norm", "algorithm.agg=seq-mean-token-sum-norm"),
         ("algorithm", a, "clip_low", a.loss in ("cispo", "sapo", "vespo"), "algorithm.loss=ppo or gspo"),
         ("algorithm", a, "dual_clip", a.loss in ("cispo", "sapo", "vespo"), "algorithm.loss=ppo or gspo"),

@@ -24,7 +24,7 @@ from rl.data.holdout import HeldOutIsTraining
 from rl.data.source import dataset_rows, train_and_held_out
 from rl.inputs import hub
 from rl.inputs.prompting import PromptEncoder
-from rl.models import BUILTIN_MODELS, BUILTIN_PREFIX, resolve_model
+from rl.models import BUILTIN_MODELS, built_here, resolve_model
 from rl.rewards.environment import EnvironmentReward, owns_reward
 from rl.rewards.hooks import CallLog, RewardState
 from rl.rewards.loading import load_reward_fn, overlong_lengths
@@ -160,7 +160,7 @@ def check_model_path(path: str, key: str = "model.path", weights: bool = True) -
     """The local directory of ``path`` (the option ``key`` names it in errors); a hub name is accepted as it is (no
     network here). A local directory needs a ``config.json`` and, unless ``weights`` is False (random weights),
     weight files whose headers read as loading reads them."""
-    if path.startswith((BUILTIN_PREFIX, "dummy:")):
+    if built_here(path):
         try:
             return resolve_model(path)
         except ValueError as e:
