@@ -119,8 +119,8 @@ def eval_inputs(cfg: RunConfig, settings: EvalSettings) -> EvalInputs:
     check_rewards(cfg, functions, rows, encoder, check_tools(cfg, encoder, rows))  # a column the rows lack: here
     longest = max(len(prompt_ids(cfg, encoder)(r)) for r in rows)
     max_tokens = settings.max_tokens or cfg.rollout.max_tokens
-    load_kwargs = cfg.model.load_kwargs(model_dir)
-    positions = check_response_room(model_dir, load_kwargs, longest, max_tokens, settings.max_tokens is not None)
+    positions = model_positions(model_dir, cfg.model.load_kwargs(model_dir), f"model {settings.model!r}")
+    check_response_room(positions, longest, max_tokens, settings.max_tokens is not None)
     context = engine_context(cfg, longest + max_tokens, positions)
     import torch  # the engine's own import, after the checks that need none
 
@@ -296,13 +296,9 @@ def engine_spec(cfg: RunConfig, model_dir: str, max_model_len: int) -> EngineSpe
     )
 
 
-def check_response_room(
-    model_dir: str, load_kwargs: dict[str, Any], longest_prompt: int, max_tokens: int, asked: bool
-) -> int | None:
-    """The model's positions (``model_positions``; ``load_kwargs``: ``ModelConfig.load_kwargs``), where the longest
-    prompt and ``max_tokens`` fit in them; a ``BadInput`` naming ``--max-tokens`` (``asked``) or the recipe's
-    ``rollout.max_tokens`` where they do not."""
-    positions = model_positions(model_dir, load_kwargs)
+def check_response_room(positions: int | None, longest_prompt: int, max_tokens: int, asked: bool) -> None:
+    """The longest prompt and ``max_tokens`` within the model's ``positions`` (``model_positions``; None: unknown); a
+    ``BadInput`` naming ``--max-tokens`` (``asked``) or the recipe's ``rollout.max_tokens`` where they do not fit."""
     if positions is not None and longest_prompt + max_tokens > positions:
         name = "--max-tokens" if asked else "the recipe's rollout.max_tokens"
         raise BadInput(
@@ -310,4 +306,3 @@ def check_response_room(
             f"{longest_prompt + max_tokens} positions, more than the model's {positions} (its config.json); give "
             f"--max-tokens {positions - longest_prompt} or less"
         )
-    return positions

@@ -306,20 +306,12 @@ def check_output_dir(directory: str | Path, where: str) -> Path:
 
 def prompt_encoder(cfg: RunConfig, model_dir: str, path: str, where: str = "model.path") -> PromptEncoder:
     """The prompt encoder of ``model_dir`` (``path`` as the user gave it, named ``where``) with ``cfg``'s chat
-    template arguments, or a one-line ``BadInput``, also for a model whose configuration or tokenizer is code of its
-    own that ``model.trust_remote_code`` does not allow; a hub name where the Hub cannot be reached is read from the
-    cache only (``hub``)."""
-    from transformers import AutoConfig
-
+    template arguments, or a one-line ``BadInput``, also for a tokenizer that is code of its own that
+    ``model.trust_remote_code`` does not allow; a hub name where the Hub cannot be reached is read from the cache only
+    (``hub``)."""
     cache_only = not Path(model_dir).is_dir() and hub.offline_unless_reachable()  # a hub name, no Hub to ask
-    load_kwargs = cfg.model.load_kwargs(model_dir)
     try:
-        AutoConfig.from_pretrained(model_dir, **load_kwargs)
-    except Exception as e:  # anything else is the tokenizer's load's to say, or the engine's (a config only vLLM reads)
-        if needs_remote_code(e):
-            raise BadInput(f"{where} {path!r} {REMOTE_CODE}") from None
-    try:
-        return PromptEncoder(model_dir, cfg.data.chat_template_kwargs, load_kwargs)
+        return PromptEncoder(model_dir, cfg.data.chat_template_kwargs, cfg.model.load_kwargs(model_dir))
     except Exception as e:
         if cache_only:
             raise BadInput(f"{where} {hub.not_cached(path)}") from None
@@ -410,7 +402,8 @@ def size_context(cfg: RunConfig, model_dir: str, longest: int) -> str:
     left unset, set it (on ``cfg``, which the run then uses throughout): the longest prompt + ``rollout.max_tokens``,
     rounded up to vLLM's 16-token blocks, at most the model's positions (longer prompts are then skipped). Returns
     what was set, for the data line ("" where the recipe gave it)."""
-    r, positions = cfg.rollout, model_positions(model_dir, cfg.model.load_kwargs(model_dir))
+    r = cfg.rollout
+    positions = model_positions(model_dir, cfg.model.load_kwargs(model_dir), f"model.path {cfg.model.path!r}")
     if r.max_model_len is not None:
         if positions is not None and r.max_model_len > positions:
             raise BadInput(
@@ -429,15 +422,19 @@ def size_context(cfg: RunConfig, model_dir: str, longest: int) -> str:
     return f"; context {r.max_model_len} tokens (the longest prompt, {longest}, + rollout.max_tokens{within})"
 
 
-def model_positions(model_dir: str, load_kwargs: dict[str, Any]) -> int | None:
+def model_positions(model_dir: str, load_kwargs: dict[str, Any], where: str) -> int | None:
     """The longest context the model's config allows, as vLLM reads it; None for a model that scales RoPE or whose
-    config does not load here (left to the engine). ``load_kwargs``: ``ModelConfig.load_kwargs``."""
+    config does not load here (left to the engine). ``load_kwargs``: ``ModelConfig.load_kwargs``; a config that is
+    code of its own, which they do not allow to run, is a ``BadInput`` naming the model as ``where`` does
+    (``model.path 'NAME'``)."""
     try:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(model_dir, **load_kwargs)
         text = config.get_text_config()
-    except Exception:
+    except Exception as e:
+        if needs_remote_code(e):
+            raise BadInput(f"{where} {REMOTE_CODE}") from None
         return None
     rope = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
     if rope.get("rope_type", rope.get("type", "default")) != "default":
