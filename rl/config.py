@@ -521,6 +521,13 @@ class TrainConfig(Strict):
         "longest row stays within it, so a long tail pads only its own micro-batch; None: "
         "micro_batch_size rows in batch order",
     )
+    share_prompts: bool = Field(
+        default=True,
+        description="compute each group's prompt once: its samples packed into one row behind the prompt, a 4-D "
+        "attention mask keeping each response to the prompt and itself (the same log-probs as padded rows, checked "
+        "when the trainer starts; padded rows if a model reads them otherwise); a sample joins the row only while "
+        "that computes fewer FLOPs, so long responses keep rows of their own; false: one padded row per sample",
+    )
     gradient_checkpointing: bool = Field(
         default=False,
         description="recompute each layer's activations in backward instead of keeping them (HF gradient "

@@ -57,7 +57,9 @@ def test_decoupled_epochs_clip_against_the_policy_before_the_step(tiny_model_dir
 def test_on_policy_decoupled_epochs_match_coupled(tiny_model_dir):
     # when the behaviour policy is the trainer's own (staleness 0), the step-start proximal policy is the
     # behaviour policy, so decoupled and coupled PPO make the same updates
-    spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=4, mini_batches=2, epochs=2)
+    # padded rows, as sequence_logprobs computes the behaviour log-probs: with prompts shared their rounding differs
+    # (~1e-6), and Adam's steps amplify it (measured 1.2e-3 here)
+    spec = TrainerSpec(model=tiny_model_dir, lr=1e-2, micro_batch_size=4, mini_batches=2, epochs=2, share_prompts=False)
     decoupled = FSDPEngine(replace(spec, loss=LossSpec(decoupled=True)))
     coupled = FSDPEngine(replace(spec, loss=LossSpec(decoupled=False)))
     groups = make_groups(4)

@@ -1,5 +1,6 @@
 """Micro-batches cut by a padded-token budget (rows sorted by length) make the same update as the padded path."""
 
+import dataclasses
 import random
 
 import torch
@@ -47,8 +48,9 @@ def test_cut_sorts_and_respects_the_token_budget():
 
 def test_token_budget_gives_the_padded_update_with_less_padding(tiny_model_dir):
     groups = long_tail_groups(6, seed=3)
-    padded = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-3, micro_batch_size=64))
-    packed = FSDPEngine(TrainerSpec(model=tiny_model_dir, lr=1e-3, micro_batch_size=64, micro_batch_tokens=128))
+    spec = TrainerSpec(model=tiny_model_dir, lr=1e-3, micro_batch_size=64, share_prompts=False)  # one row a sample
+    padded = FSDPEngine(spec)
+    packed = FSDPEngine(dataclasses.replace(spec, micro_batch_tokens=128))
     prompt, response = groups[0].prompt_tokens, groups[0].samples[3].tokens
     assert packed.sequence_logprobs(prompt, response) == padded.sequence_logprobs(prompt, response)
     padded.accumulate(groups)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from rl.types import Group
+
+if TYPE_CHECKING:
+    from rl.trainer.shared_prompt import PackedInputs
 
 
 @dataclass
@@ -16,10 +20,21 @@ class TokenBatch:
     response_mask: torch.Tensor  # [B, T-1] 1 where position t predicts a response token the model wrote
     old_logprobs: torch.Tensor  # [B, T-1] behaviour log-probs aligned with response_mask
     advantages: torch.Tensor  # [B]
+    packed: PackedInputs | None = None  # the forward's inputs with each prompt once (shared_prompt), if packed
 
     @property
     def num_tokens(self) -> int:
         return int(self.response_mask.sum())
+
+    @property
+    def positions(self) -> int:
+        """Token positions the forward computes, padding included."""
+        return (self.input_ids if self.packed is None else self.packed.input_ids).numel()
+
+    @property
+    def real_tokens(self) -> int:
+        """Prompt and response tokens among ``positions``."""
+        return int(self.attention_mask.sum()) if self.packed is None else self.packed.real_tokens
 
     @property
     def first_target(self) -> int:

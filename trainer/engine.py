@@ -48,6 +48,7 @@ class TrainerSpec:
     micro_batch_size: int = _default(TrainConfig, "micro_batch_size")
     micro_batch_tokens: int | None = _default(TrainConfig, "micro_batch_tokens")
     gradient_checkpointing: bool = _default(TrainConfig, "gradient_checkpointing")
+    share_prompts: bool = _default(TrainConfig, "share_prompts")
     mini_batches: int = _default(TrainConfig, "mini_batches")  # optimizer updates per epoch over the batch
     epochs: int = _default(TrainConfig, "ppo_epochs")  # passes over the batch per train step
     threads: int = _default(TrainConfig, "threads")
@@ -105,6 +106,7 @@ class TrainerSpec:
             micro_batch_size=t.micro_batch_size,
             micro_batch_tokens=t.micro_batch_tokens,
             gradient_checkpointing=t.gradient_checkpointing,
+            share_prompts=t.share_prompts,
             mini_batches=t.mini_batches,
             epochs=t.ppo_epochs,
             threads=t.threads,
