@@ -255,11 +255,12 @@ class FSDPEngine:
                 (logits.float().sum() * 0.0).backward()
         self._waited = waited + time.monotonic() - t0
 
-    def _autocast(self):
-        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
+    def _autocast(self, precise: bool = False):
+        """bf16 autocast on CUDA; float32 throughout with ``precise`` (or on CPU)."""
+        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda" and not precise)
 
     def _forward(
-        self, model, batch: TokenBatch, entropy: Literal["bonus", "metric"] | None = None
+        self, model, batch: TokenBatch, entropy: Literal["bonus", "metric"] | None = None, precise: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Token log-probs ``[B, T-1]`` of the batch under ``model`` at the rollouts' temperature (logits divided by
         it, as the engine samples), and the per-position entropy if asked: differentiable for the ``bonus``, without
@@ -270,10 +271,10 @@ class FSDPEngine:
         term is masked to response tokens, so they never count.
         """
         if batch.packed is not None:
-            return self._packed_forward(model, batch, entropy)
+            return self._packed_forward(model, batch, entropy, precise)
         ids = batch.input_ids.to(self.device)
         first = batch.first_target
-        with self._autocast():
+        with self._autocast(precise):
             out = model(
                 input_ids=ids,
                 attention_mask=batch.attention_mask.to(self.device),
@@ -287,12 +288,12 @@ class FSDPEngine:
         return _left_pad(logprobs, first), None if ent is None else _left_pad(ent, first)
 
     def _packed_forward(
-        self, model, batch: TokenBatch, entropy: Literal["bonus", "metric"] | None
+        self, model, batch: TokenBatch, entropy: Literal["bonus", "metric"] | None, precise: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``_forward`` of a batch whose prompts are packed once per group (``shared_prompt``)."""
         packed = batch.packed
         ids = packed.input_ids.to(self.device)
-        with self._autocast():
+        with self._autocast(precise):
             out = model(
                 input_ids=ids,
                 position_ids=packed.position_ids.to(self.device),
@@ -306,14 +307,14 @@ class FSDPEngine:
     @torch.no_grad()
     def _packing_agrees(self) -> bool:
         """Whether this model reads a packed row (4-D mask, restarted positions) as it reads padded rows: the
-        log-probs of a two-sample group both ways, equal within 1e-3 (a model that ignores either input is far
-        off). If not, the trainer keeps padded rows and says so once."""
+        log-probs of a two-sample group both ways in float32, equal within 1e-3 (a model that ignores either input
+        is far off). If not, the trainer keeps padded rows and says so once."""
         vocab = self.model.get_input_embeddings().num_embeddings
         prompt = [(7 * i + 3) % vocab for i in range(6)]
         rows = [(prompt, [(5 * i + 1) % vocab for i in range(n)], [0.0] * n, 0.0, None) for n in (3, 5)]
         batch = collate(rows, self.pad_id)
-        padded = self._forward(self.model, batch)[0]
-        packed = self._forward(self.model, collate_packed([rows], self.pad_id))[0]
+        padded = self._forward(self.model, batch, precise=True)[0]
+        packed = self._forward(self.model, collate_packed([rows], self.pad_id), precise=True)[0]
         gap = float(((padded - packed).abs() * batch.response_mask.to(self.device)).max())
         if gap > 1e-3:
             log.warning(

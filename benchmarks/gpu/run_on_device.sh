@@ -6,7 +6,7 @@
 #
 #   bash benchmarks/gpu/run_on_device.sh after,dummy7b,before      # one call of 600 s
 #   bash benchmarks/gpu/run_on_device.sh profile,tests,jitcache      # a second, as the lease allows (then
-#                                                                      # memplan, sleep, ipc, peer)
+#                                                                      # memplan, sleep, ipc, peer, share)
 #   rl bench simulate FILES_AT/after --profile fit:PROFILE --draws 20  # here, after both: the simulator's check
 #                                                                      # (PROFILE: the second call's
 #                                                                      # profile_smollm2.json), shaped modes
@@ -44,6 +44,9 @@
 #        and logprob_gap -> $OUT/sync_awake.jsonl, $OUT/sync_asleep.jsonl.
 # peer: (300 s) `rl bench peer arith_smollm2 --peer-vllm`, one seed, 8 steps: Tailor beside TRL's GRPOTrainer with
 #       vLLM colocate on the same GPU (steps/hour, held-out accuracy) -> $OUT/peer.json.
+# share: (200 s) `rl bench train arith_smollm2`, 6 steps each, prompts shared against padded rows (train.share_prompts):
+#        steps/hour and the trainer's step time on the GPU, where the 4-D mask rules out flash attention ->
+#        $OUT/share.json. On the 2-core CPU the shared rows gave 1.23-1.42x the steps/hour.
 # jitcache: $OUT/jitcache.tar.xz, the Triton kernels (then vLLM's and inductor's compile caches, as 16 MiB allow)
 #       this machine compiled. The first engine start on a fresh machine is the slow one (see above); if its stacks
 #       show JIT compiles, copy the file to .gpu/jitcache.tar.xz here and carry it with the last piece (mv it to
@@ -158,6 +161,11 @@ if [[ $steps == *,peer,* ]]; then
   run peer 300 python3 -m rl.cli bench peer arith_smollm2 --peer-vllm --seeds 0 --steps 8 --points 1 \
     --out /root/res/peer --verbose
   cp /root/res/peer/bench_peer.json "$OUT/peer.json" 2>/dev/null
+fi
+if [[ $steps == *,share,* ]]; then
+  run share 200 python3 -m rl.cli bench train arith_smollm2 eval.num_problems=16 --steps 6 --variant "shared:" \
+    --variant "padded:train.share_prompts=false" --out /root/res/share --verbose
+  cp /root/res/share/bench_train.json "$OUT/share.json" 2>/dev/null
 fi
 if [[ $steps == *,sleep,* ]]; then  # synchronous arith_smollm2 with the engine awake, then asleep while training
   for mode in awake asleep; do
