@@ -30,8 +30,9 @@ SEEN = []
 
 
 async def answer_then_retry(episode, row):
-    """The model answers; told to try again, it answers once more."""
-    first = await episode.generate()
+    """The model answers; told to try again, it answers once more. The answer takes at most 30 of the episode's 40
+    tokens, so the retry always has room: every episode has two turns."""
+    first = await episode.generate(max_tokens=30)
     SEEN.append((row["prompt"], row["answer"], first.finish_reason))
     episode.append("=")
     await episode.generate(max_tokens=5)
