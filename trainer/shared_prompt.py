@@ -133,46 +133,44 @@ def _split(unit: list[Row], cost: ForwardCost, max_rows: int, max_tokens: int | 
 
 def collate_packed(pieces: list[list[Row]], pad_id: int) -> TokenBatch:
     """The padded ``TokenBatch`` of the pieces' samples (its loss layout), with ``packed`` inputs for the forward."""
-    samples = [row for piece in pieces for row in piece]
-    batch = collate(samples, pad_id)
+    batch = collate([row for piece in pieces for row in piece], pad_id)
     width = max(map(unit_length, pieces))
     g = len(pieces)
-    ids = torch.full((g, width), pad_id, dtype=torch.long)
-    positions = torch.zeros((g, width), dtype=torch.long)
-    allowed = torch.zeros((g, 1, width, width), dtype=torch.bool)
     first = min(len(piece[0][0]) for piece in pieces) - 1
     shifted = width - 1 - first  # columns of the shifted log-probs
+    ids, positions, segments = [], [], []  # per packed row; segment 0 the prompt, k the k-th response, -1 padding
     prompt_last, first_tokens, rows, cols, lp_src, pos_src = [], [], [], [], [], []
     s = 0
     for r, piece in enumerate(pieces):
-        prompt = piece[0][0]
-        p = len(prompt)
-        ids[r, :p] = torch.tensor(prompt)
-        positions[r, :p] = torch.arange(p)
-        allowed[r, 0, :p, :p] = torch.ones((p, p), dtype=torch.bool).tril()
-        start = p
-        for _, response, *_ in piece:
-            n = len(response)
-            end = start + n
-            ids[r, start:end] = torch.tensor(response)
-            positions[r, start:end] = torch.arange(p, p + n)
-            allowed[r, 0, start:end, :p] = True
-            allowed[r, 0, start:end, start:end] = torch.ones((n, n), dtype=torch.bool).tril()
+        p = len(piece[0][0])
+        row_ids, row_pos, row_seg = list(piece[0][0]), list(range(p)), [0] * p
+        for k, (_, response, *_) in enumerate(piece, start=1):
+            n, start = len(response), len(row_ids)
+            row_ids += response
+            row_pos += range(p, p + n)
+            row_seg += [k] * n
             prompt_last.append((r, p - 1))
             first_tokens.append(response[0])
-            # response token j sits at padded column p-1+j; j=0 is predicted from the prompt's last position,
-            # j>=1 from packed position start+j-1
+            # response token j sits at padded column p-1+j; j=0 is predicted from the prompt's last position (the
+            # first-token log-probs, after the shifted ones), j>=1 from packed position start+j-1
             rows += [s] * n
             cols += range(p - 1, p - 1 + n)
-            lp_src += [g * shifted + s] + [r * shifted + start + j - 1 - first for j in range(1, n)]
-            pos_src += [r * shifted + p - 1 - first] + [r * shifted + start + j - 1 - first for j in range(1, n)]
-            start, s = end, s + 1
-        pad = torch.arange(start, width)
-        allowed[r, 0, pad, pad] = True  # a padding position sees itself: no fully masked row (NaN in softmax)
+            inside = range(r * shifted + start - first, r * shifted + start - first + n - 1)
+            lp_src += [g * shifted + s, *inside]
+            pos_src += [r * shifted + p - 1 - first, *inside]
+            s += 1
+        pad = width - len(row_ids)
+        ids.append(row_ids + [pad_id] * pad)
+        positions.append(row_pos + [0] * pad)
+        segments.append(row_seg + [-1] * pad)
+    seg = torch.tensor(segments)
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    # a query sees earlier keys of the prompt or of its own segment (padding sees padding: no fully masked row)
+    allowed = causal & ((seg[:, None, :] == 0) | (seg[:, None, :] == seg[:, :, None]))
     batch.packed = PackedInputs(
-        input_ids=ids,
-        position_ids=positions,
-        attention_mask=allowed,
+        input_ids=torch.tensor(ids),
+        position_ids=torch.tensor(positions),
+        attention_mask=allowed.unsqueeze(1),
         first=first,
         prompt_last=torch.tensor(prompt_last, dtype=torch.long),
         first_tokens=torch.tensor(first_tokens, dtype=torch.long),
