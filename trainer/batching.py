@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
@@ -11,6 +12,8 @@ from rl.types import Group
 
 if TYPE_CHECKING:
     from rl.trainer.shared_prompt import PackedInputs
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -58,30 +61,41 @@ def rows_of(groups: list[Group], mask_truncated: bool = False) -> list[Row]:
     ]
 
 
-def cut_micro_batches(rows: list[Row], max_rows: int, max_tokens: int | None = None) -> list[list[Row]]:
-    """``rows`` cut into micro-batches of at most ``max_rows`` rows.
-
-    Without ``max_tokens`` the rows keep their order. With it, rows are sorted longest first and a micro-batch
-    takes the next row while its padded size (rows x its longest row) stays within ``max_tokens`` (a row longer
-    than that gets a micro-batch of its own): rows of similar length are padded together, so the trainer
-    computes little beyond the real tokens, however long the batch's tail. The loss is a sum over tokens divided
-    by the step's global units, so the order and grouping of rows change the update only by float rounding.
-    """
-    if max_tokens is None:
-        return [rows[start : start + max_rows] for start in range(0, len(rows), max_rows)]
-    cuts: list[list[Row]] = []
-    for row in sorted(rows, key=row_length, reverse=True):
-        current = cuts[-1] if cuts else None
-        if current and len(current) < max_rows and (len(current) + 1) * row_length(current[0]) <= max_tokens:
-            current.append(row)
-        else:
-            cuts.append([row])
-    return cuts
-
-
 def row_length(row: Row) -> int:
     """Prompt plus response tokens of one row."""
     return len(row[0]) + len(row[1])
+
+
+def cut_micro_batches(
+    items: list[T],
+    max_rows: int,
+    max_tokens: int | None = None,
+    length: Callable[[T], int] = row_length,
+    rows: Callable[[T], int] = lambda _: 1,
+) -> list[list[T]]:
+    """``items`` (rows, or packed rows: ``length`` tokens and ``rows`` samples each) cut into micro-batches of at most
+    ``max_rows`` samples.
+
+    Without ``max_tokens`` the items keep their order. With it, items are sorted longest first and a micro-batch
+    takes the next item while its padded size (items x its longest item) stays within ``max_tokens`` (an item longer
+    than that gets a micro-batch of its own): items of similar length are padded together, so the trainer computes
+    little beyond the real tokens, however long the batch's tail. The loss is a sum over tokens divided by the
+    step's global units, so the order and grouping of rows change the update only by float rounding.
+    """
+    if max_tokens is not None:
+        items = sorted(items, key=length, reverse=True)
+    cuts: list[list[T]] = []
+    for item in items:
+        current = cuts[-1] if cuts else None
+        if (
+            current
+            and sum(map(rows, current)) + rows(item) <= max_rows
+            and (max_tokens is None or (len(current) + 1) * length(current[0]) <= max_tokens)
+        ):
+            current.append(item)
+        else:
+            cuts.append([item])
+    return cuts
 
 
 def collate(rows: list[Row], pad_id: int) -> TokenBatch:

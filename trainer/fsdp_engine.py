@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -65,6 +66,12 @@ def even_chunks(rows: list[Row], k: int) -> list[list[Row]]:
     for i in range(k):
         bounds.append(bounds[-1] + base + (i < extra))
     return [rows[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def _entropy_of(kind: Literal["bonus", "metric"] | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The per-position entropy a forward is asked for: differentiable for the ``bonus``, without gradient for the
+    ``metric`` alone; None for neither."""
+    return None if kind is None else token_entropy if kind == "bonus" else token_entropy_metric
 
 
 def _left_pad(values: torch.Tensor, n: int) -> torch.Tensor:
@@ -280,12 +287,10 @@ class FSDPEngine:
                 attention_mask=batch.attention_mask.to(self.device),
                 logits_to_keep=ids.shape[1] - first,
             )
-        logits = out.logits[:, :-1]
-        if self.spec.temperature != 1.0:
-            logits = logits / self.spec.temperature
+        logits = self._tempered(out.logits[:, :-1])
         logprobs = token_logprobs(logits, ids[:, first + 1 :])
-        ent = None if entropy is None else token_entropy(logits) if entropy == "bonus" else token_entropy_metric(logits)
-        return _left_pad(logprobs, first), None if ent is None else _left_pad(ent, first)
+        per_position = _entropy_of(entropy)
+        return _left_pad(logprobs, first), None if per_position is None else _left_pad(per_position(logits), first)
 
     def _packed_forward(
         self, model, batch: TokenBatch, entropy: Literal["bonus", "metric"] | None, precise: bool
@@ -300,9 +305,11 @@ class FSDPEngine:
                 attention_mask=packed.attention_mask.to(self.device),
                 logits_to_keep=ids.shape[1] - packed.first,
             )
-        logits = out.logits if self.spec.temperature == 1.0 else out.logits / self.spec.temperature
-        per_position = None if entropy is None else token_entropy if entropy == "bonus" else token_entropy_metric
-        return unpack(logits, packed, batch.response_mask.shape, per_position)
+        return unpack(self._tempered(out.logits), packed, batch.response_mask.shape, _entropy_of(entropy))
+
+    def _tempered(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits at the rollouts' sampling temperature."""
+        return logits if self.spec.temperature == 1.0 else logits / self.spec.temperature
 
     @torch.no_grad()
     def _packing_agrees(self) -> bool:

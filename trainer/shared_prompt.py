@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 from rl.kernels.token_logprobs import token_logprobs
-from rl.trainer.batching import Row, TokenBatch, collate
+from rl.trainer.batching import Row, TokenBatch, collate, cut_micro_batches
 
 
 @dataclass
@@ -91,26 +91,10 @@ def cut_packed_micro_batches(
     A group's samples share a packed row while ``cost`` says each computes less there than alone. A micro-batch
     holds at most ``max_rows`` samples, as a padded one holds at most ``max_rows`` rows, and each packed row at most
     ``max_tokens`` tokens where it can (a response alone longer than that gets a row of its own), so its
-    activations stay within the padded micro-batch's. With ``max_tokens``, packed rows are sorted longest first
-    and a micro-batch takes the next one while rows x its longest row stays within ``max_tokens``.
+    activations stay within the padded micro-batch's; packed rows are cut as ``cut_micro_batches`` cuts rows.
     """
     pieces = [piece for unit in prompt_units(rows) for piece in _split(unit, cost, max_rows, max_tokens)]
-    if max_tokens is not None:
-        pieces.sort(key=unit_length, reverse=True)
-    cuts: list[list[list[Row]]] = []
-    for piece in pieces:
-        if cuts and _fits(cuts[-1], piece, max_rows, max_tokens):
-            cuts[-1].append(piece)
-        else:
-            cuts.append([piece])
-    return cuts
-
-
-def _fits(cut: list[list[Row]], piece: list[Row], max_rows: int, max_tokens: int | None) -> bool:
-    """Whether ``piece`` joins ``cut`` within both budgets (with ``max_tokens``, ``cut[0]`` is its longest row)."""
-    if sum(map(len, cut)) + len(piece) > max_rows:
-        return False
-    return max_tokens is None or (len(cut) + 1) * unit_length(cut[0]) <= max_tokens
+    return cut_micro_batches(pieces, max_rows, max_tokens, length=unit_length, rows=len)
 
 
 def _split(unit: list[Row], cost: ForwardCost, max_rows: int, max_tokens: int | None) -> list[list[Row]]:
